@@ -1,0 +1,39 @@
+"""lit_fgrpo: F-GRPO (focal group-relative policy optimisation) for PyTorch Lightning.
+
+The algorithm lives in :mod:`lit_fgrpo.objectives` and :mod:`lit_fgrpo.metrics` (pure tensor functions);
+Lightning glue (module, data module, callbacks, CLI) is imported lazily so ``import lit_fgrpo`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from lit_fgrpo.metrics import PassAtK, pass_at_k
+from lit_fgrpo.objectives import focal_weight, group_advantages, kl_k3, policy_loss
+from lit_fgrpo.theory import tail_miss_probability
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "FGRPOModule": "lit_fgrpo.module",
+    "PromptDataModule": "lit_fgrpo.data",
+}
+
+__all__ = [
+    "FGRPOModule",
+    "PassAtK",
+    "PromptDataModule",
+    "focal_weight",
+    "group_advantages",
+    "kl_k3",
+    "pass_at_k",
+    "policy_loss",
+    "tail_miss_probability",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lit_fgrpo' has no attribute {name!r}")

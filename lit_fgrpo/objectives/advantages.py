@@ -1,0 +1,120 @@
+"""Focal group-relative advantages (F-GRPO, paper eqs. 11-13).
+
+For prompt p with G completions, rewards r_{p,1..G} and verifier verdicts c_{p,1..G}:
+
+    mu_hat_p = X_p / G_p                      (empirical success rate, eq. 11)
+    g_p      = (1 - mu_hat_p) ** gamma        (focal weight, eq. 12)
+    A_{p,i}  = g_p * (r_{p,i} - mean_p(r)) / (std + eps)   (eq. 13)
+
+where std is the Bessel-corrected std of the group (``scale="group"``), of the whole batch (``"batch"``)
+or no division at all (``scale="none"``, Dr.GRPO). gamma = 0 gives plain GRPO.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+AdvantageScale = Literal["group", "batch", "none"]
+_SCALES = ("group", "batch", "none")
+
+
+def focal_weight(success_rate: Tensor, gamma: float) -> Tensor:
+    """Focal weight ``g = (1 - success_rate) ** gamma`` (paper eq. 12).
+
+    Args:
+        success_rate: empirical success rate(s) mu_hat in [0, 1], any shape.
+        gamma: focusing exponent >= 0. ``gamma = 0`` returns exactly 1 everywhere (even where mu_hat = 1).
+
+    Returns:
+        A tensor of the same shape as ``success_rate``, in [0, 1].
+    """
+    if gamma < 0:
+        raise ValueError(f"focal_weight: gamma must be >= 0, got {gamma}")
+    success_rate = torch.as_tensor(success_rate)
+    if not success_rate.is_floating_point():
+        success_rate = success_rate.float()
+    if gamma == 0:
+        # 0 ** 0 is 1 in torch, but be explicit: gamma = 0 must be *exactly* the base method.
+        return torch.ones_like(success_rate)
+    return (1.0 - success_rate.clamp(0.0, 1.0)) ** gamma
+
+
+def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | None, eps: float) -> None:
+    if rewards.dim() != 2:
+        raise ValueError(
+            f"group_advantages: rewards must be 2-D (P prompts, G samples), got shape {tuple(rewards.shape)}"
+        )
+    if success is not None and success.shape != rewards.shape:
+        raise ValueError(
+            f"group_advantages: success shape {tuple(success.shape)} does not match rewards shape {tuple(rewards.shape)}"
+        )
+    if gamma < 0:
+        raise ValueError(f"group_advantages: gamma must be >= 0, got {gamma}")
+    if eps <= 0:
+        raise ValueError(f"group_advantages: eps must be > 0, got {eps}")
+    if scale not in _SCALES:
+        raise ValueError(f"group_advantages: scale must be one of {_SCALES}, got {scale!r}")
+
+
+def group_success_rate(success: Tensor, valid: Tensor) -> Tensor:
+    """mu_hat = (correct and scorable completions) / (scorable completions), per group; (P, G) -> (P,)."""
+    num_valid = valid.sum(dim=1)  # (P,)
+    num_correct = (success & valid).sum(dim=1)  # (P,)
+    return num_correct.to(torch.float64) / num_valid.clamp(min=1).to(torch.float64)  # (P,)
+
+
+def group_advantages(
+    rewards: Tensor,
+    gamma: float = 0.0,
+    scale: AdvantageScale = "group",
+    success: Tensor | None = None,
+    eps: float = 1e-6,
+) -> Tensor:
+    """Group-relative advantages multiplied by the focal weight of their group.
+
+    Args:
+        rewards: (P, G) rewards, one row per prompt. NaN marks an unscorable completion: it is left out of
+            the group statistics and gets advantage 0.
+        gamma: focal exponent; 0 is plain GRPO (bit-for-bit).
+        scale: ``"group"`` divides by the group's Bessel-corrected std, ``"batch"`` by the std of every
+            scorable reward in the batch, ``"none"`` does not divide (Dr.GRPO).
+        success: optional (P, G) bool verdicts that define mu_hat = X / G. When None a completion counts as
+            correct when its reward is > 0. G counts scorable (non-NaN) completions only.
+        eps: added to the std before dividing (verl uses 1e-6, TRL 1e-4).
+
+    Returns:
+        (P, G) advantages, detached, in the rewards' floating dtype (float32 for integer rewards). A group whose
+        scorable rewards are all equal gets exactly 0.
+    """
+    _check_inputs(rewards, gamma, scale, success, eps)
+    out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    r = rewards.detach().to(torch.float64)  # (P, G)
+    valid = ~torch.isnan(r)  # (P, G)
+    num_valid = valid.sum(dim=1, keepdim=True)  # (P, 1)
+    r0 = torch.where(valid, r, torch.zeros_like(r))  # (P, G)
+    mean = r0.sum(dim=1, keepdim=True) / num_valid.clamp(min=1)  # (P, 1)
+    centred = torch.where(valid, r - mean, torch.zeros_like(r))  # (P, G)
+
+    if scale == "group":
+        var = (centred**2).sum(dim=1, keepdim=True) / (num_valid - 1).clamp(min=1)  # (P, 1)
+        centred = centred / (var.sqrt() + eps)
+    elif scale == "batch":
+        flat = r[valid]  # (V,)
+        batch_std = flat.std() if flat.numel() > 1 else flat.new_zeros(())
+        centred = centred / (batch_std + eps)
+
+    # A constant group must give exactly 0: r - mean can be a few ulps off for non-representable rewards.
+    big = torch.finfo(torch.float64).max
+    r_max = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1, keepdim=True)  # (P, 1)
+    r_min = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1, keepdim=True)  # (P, 1)
+    constant = (r_max <= r_min) | (num_valid < 2)  # (P, 1)
+    centred = torch.where(constant, torch.zeros_like(centred), centred)
+
+    if gamma != 0:
+        verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
+        weight = focal_weight(group_success_rate(verdict, valid), gamma)  # (P,)
+        centred = centred * weight.unsqueeze(1)
+    return centred.to(out_dtype)

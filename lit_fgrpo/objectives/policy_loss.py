@@ -1,0 +1,157 @@
+"""Clipped policy-gradient losses (GRPO, BNPO, Dr.GRPO, DAPO, CISPO) with TRL 1.16's exact aggregation.
+
+Per token, with ratio w = exp(logp - old_logp) and A the (focal) advantage of the row:
+
+* grpo / bnpo / dr_grpo / dapo:  ``l = -min(w * A, clamp(w, 1 - eps, 1 + eps_high) * A)``
+* cispo:                          ``l = -sg(clamp(w, 1 - eps, 1 + eps_high)) * A * logp``
+
+plus ``beta * kl_k3`` when beta > 0. Aggregation over the (B, T) mask m:
+
+* grpo:     mean_b[ sum_t l m / max(sum_t m, 1) ]           (sequence mean of token means)
+* bnpo:     sum_{b,t} l m / max(sum_{b,t} m, 1)              (token mean of this batch)
+* dr_grpo:  sum_{b,t} l m / (B * max_completion_length)
+* dapo, cispo: sum_{b,t} l m / max(num_items, 1)             (num_items = active tokens of the whole
+  generation batch, so mini-batches of one rollout add up to one global token mean)
+
+CISPO convention: we follow the paper and verl, where the importance weight is clamped to
+``[1 - epsilon, 1 + epsilon_high]``; the paper's setting epsilon=1.0, epsilon_high=5.0 gives w in [0, 6].
+TRL instead uses an absolute cap ``min(w, epsilon_high_trl)``. The two agree when our
+``epsilon >= 1`` (no lower clip, since w > 0) and ``1 + epsilon_high == epsilon_high_trl``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lit_fgrpo.objectives.kl import kl_k3
+
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo"]
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+
+
+def _check(
+    logp: Tensor,
+    old_logp: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    loss_type: str,
+    epsilon: float,
+    epsilon_high: float,
+    ref_logp: Tensor | None,
+    beta: float,
+    max_completion_length: int | None,
+) -> None:
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"policy_loss: loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if logp.dim() != 2:
+        raise ValueError(f"policy_loss: logp must be (B, T), got shape {tuple(logp.shape)}")
+    if mask.shape != logp.shape:
+        raise ValueError(f"policy_loss: mask shape {tuple(mask.shape)} != logp shape {tuple(logp.shape)}")
+    if old_logp is not None and old_logp.shape != logp.shape:
+        raise ValueError(f"policy_loss: old_logp shape {tuple(old_logp.shape)} != logp shape {tuple(logp.shape)}")
+    if advantages.shape != (logp.shape[0],):
+        raise ValueError(
+            f"policy_loss: advantages must be (B,) = ({logp.shape[0]},), got shape {tuple(advantages.shape)}"
+        )
+    if epsilon < 0 or epsilon_high < 0:
+        raise ValueError(f"policy_loss: epsilon and epsilon_high must be >= 0, got {epsilon}, {epsilon_high}")
+    if beta < 0:
+        raise ValueError(f"policy_loss: beta must be >= 0, got {beta}")
+    if beta > 0 and ref_logp is None:
+        raise ValueError("policy_loss: beta > 0 needs ref_logp (the reference model's log-probs)")
+    if ref_logp is not None and ref_logp.shape != logp.shape:
+        raise ValueError(f"policy_loss: ref_logp shape {tuple(ref_logp.shape)} != logp shape {tuple(logp.shape)}")
+    if loss_type == "dr_grpo" and (max_completion_length is None or max_completion_length < 1):
+        raise ValueError("policy_loss: loss_type='dr_grpo' needs max_completion_length >= 1 (the L_max normaliser)")
+
+
+def aggregate_tokens(
+    per_token: Tensor,
+    mask: Tensor,
+    loss_type: LossType,
+    max_completion_length: int | None = None,
+    num_items: float | Tensor | None = None,
+) -> Tensor:
+    """Reduce a (B, T) per-token loss to a scalar exactly as TRL 1.16 does for ``loss_type``."""
+    masked = per_token * mask  # (B, T)
+    if loss_type == "grpo":
+        return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
+    if loss_type == "bnpo":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        assert max_completion_length is not None
+        return masked.sum() / (per_token.shape[0] * max_completion_length)
+    denom = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=per_token.dtype)
+    return masked.sum() / denom.clamp(min=1.0)
+
+
+def policy_loss(
+    logp: Tensor,
+    old_logp: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    loss_type: LossType = "grpo",
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    ref_logp: Tensor | None = None,
+    beta: float = 0.0,
+    max_completion_length: int | None = None,
+    num_items: float | Tensor | None = None,
+    importance_weights: Tensor | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The clipped surrogate loss of ``loss_type``, aggregated like TRL 1.16 (one process, no accumulation).
+
+    Args:
+        logp: (B, T) log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: (B, T) log-probs under the policy that generated the rollouts; None means ``logp.detach()``
+            (ratio exactly 1, as TRL when it does not store them).
+        advantages: (B,) advantage of each row (already focal-weighted).
+        mask: (B, T) 1 for completion tokens that count, 0 for padding.
+        loss_type: one of grpo, bnpo, dr_grpo, dapo, cispo.
+        epsilon: lower clip; the ratio is clipped to ``[1 - epsilon, 1 + epsilon_high]``.
+        epsilon_high: upper clip; defaults to ``epsilon`` (DAPO's clip-higher uses 0.28).
+        ref_logp: (B, T) reference log-probs; needed when beta > 0, and used for the logged KL otherwise.
+        beta: coefficient of the per-token k3 KL penalty (not scaled by the focal weight).
+        max_completion_length: L_max, needed by dr_grpo.
+        num_items: active tokens of the whole generation batch, the dapo/cispo divisor; defaults to mask.sum().
+        importance_weights: optional (B, T) or (B, 1) detached train/inference mismatch correction multiplied
+            into the policy term (TRL's vLLM importance sampling), before the KL is added.
+
+    Returns:
+        ``(loss, stats)``: the scalar loss and detached statistics ``clip_frac_low``, ``clip_frac_high``,
+        ``clip_frac`` (either), ``ratio_mean``, ``kl`` (token means over the mask).
+    """
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    _check(logp, old_logp, advantages, mask, loss_type, epsilon, eps_high, ref_logp, beta, max_completion_length)
+    mask = mask.to(logp.dtype)
+    if old_logp is None:
+        old_logp = logp.detach()
+    ratio = torch.exp(logp - old_logp)  # (B, T)
+    adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
+    clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # (B, T)
+    if loss_type == "cispo":
+        per_token = -clipped_ratio.detach() * adv * logp  # (B, T)
+    else:
+        per_token = -torch.min(ratio * adv, clipped_ratio * adv)  # (B, T)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights.detach()
+    kl = kl_k3(logp, ref_logp) if ref_logp is not None else None  # (B, T)
+    if beta > 0 and kl is not None:
+        per_token = per_token + beta * kl
+    loss = aggregate_tokens(per_token, mask, loss_type, max_completion_length, num_items)
+
+    with torch.no_grad():
+        n_tok = mask.sum().clamp(min=1.0)
+        low = ((ratio < 1.0 - epsilon) & (adv < 0)).to(mask.dtype)  # (B, T)
+        high = ((ratio > 1.0 + eps_high) & (adv > 0)).to(mask.dtype)  # (B, T)
+        stats = {
+            "clip_frac_low": (low * mask).sum() / n_tok,
+            "clip_frac_high": (high * mask).sum() / n_tok,
+            "clip_frac": (torch.maximum(low, high) * mask).sum() / n_tok,
+            "ratio_mean": (ratio * mask).sum() / n_tok,
+            "kl": (kl * mask).sum() / n_tok if kl is not None else torch.zeros((), dtype=logp.dtype),
+        }
+    return loss, stats

@@ -1,0 +1,73 @@
+"""The engine interface every rollout backend implements (HF ``generate``, vLLM).
+
+An engine turns token-id prompts into ``n`` sampled completions per prompt and can receive new policy
+weights. Rows are prompt-major: completion ``j`` of prompt ``i`` is row ``i * n + j``, so a (B,) vector
+reshapes to (P, G) with ``.view(P, G)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+
+@dataclass
+class SamplingConfig:
+    """How completions are sampled during rollouts and validation."""
+
+    n: int = 8
+    """Completions per prompt (the group size G)."""
+    temperature: float = 1.0
+    """Sampling temperature; also applied to the training logits so that ratios compare like with like."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off)."""
+    top_k: int = -1
+    """Top-k sampling (-1 = off)."""
+    max_tokens: int = 64
+    """Maximum completion length in tokens (L_max)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Token ids that end a completion (the stop token itself is kept and trained on). EOS is always a stop."""
+    seed: int | None = None
+    """Base seed for sampling; ``None`` draws from the global RNG."""
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+        if self.temperature <= 0:
+            raise ValueError(f"sampling.temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"sampling.max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass
+class Generation:
+    """What an engine returns for P prompts x n samples (B = P * n rows, prompt-major)."""
+
+    completion_ids: list[list[int]]
+    """(B,) lists of sampled token ids, each ending at (and including) its stop token when one was hit."""
+    sampling_logprobs: list[list[float]] | None = None
+    """(B,) per-token log-probs under the engine's sampling distribution, when the engine reports them."""
+    finished: list[bool] = field(default_factory=list)
+    """(B,) True when the completion ended with a stop token, False when it was cut at max_tokens."""
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """A generation backend. Implementations: :class:`lit_fgrpo.rollout.hf.HFEngine`, ``VLLMEngine``."""
+
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
+        """Sample ``sampling.n`` completions for each prompt (lists of token ids, no padding)."""
+        ...
+
+    def sync_weights(self, model: nn.Module) -> None:
+        """Load the trainer's current policy weights into the engine."""
+        ...
+
+    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
+        """Log-probs of given completions under the engine's weights (for the sync check); one (T_i,) per row."""
+        ...
