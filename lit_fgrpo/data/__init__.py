@@ -1,0 +1,33 @@
+"""Prompt sources, rendering, the resumable sharded stream and the Lightning data module."""
+
+from lit_fgrpo.data.datamodule import PromptDataModule
+from lit_fgrpo.data.records import (
+    PromptRecord,
+    SourceExample,
+    TooLongPolicy,
+    columns_per_completion,
+    read_disk_dataset,
+    read_jsonl,
+    read_maze_splits,
+    read_parquet,
+    read_reasoning_gym,
+    render_prompt,
+    render_records,
+)
+from lit_fgrpo.data.streaming import PromptStream
+
+__all__ = [
+    "PromptDataModule",
+    "PromptRecord",
+    "PromptStream",
+    "SourceExample",
+    "TooLongPolicy",
+    "columns_per_completion",
+    "read_disk_dataset",
+    "read_jsonl",
+    "read_maze_splits",
+    "read_parquet",
+    "read_reasoning_gym",
+    "render_prompt",
+    "render_records",
+]

@@ -1,0 +1,288 @@
+"""Prompt records and their sources: JSONL, Parquet, ``datasets`` folders, reasoning-gym, the maze task.
+
+Readers return :class:`SourceExample` rows (the raw question plus answer and extra columns); :func:`render_records`
+turns them into :class:`PromptRecord` rows with the prompt text the policy sees and its token ids. Every reader
+error names the source (file and 1-based line or row) and the problem, and an empty source is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+TooLongPolicy = Literal["error", "truncate_left", "skip"]
+"""What to do with a prompt longer than ``max_prompt_length`` tokens."""
+
+Question = str | list[dict[str, str]]
+"""A plain question, or a conversation as ``[{"role": ..., "content": ...}, ...]`` (TRL's conversational format)."""
+
+
+@dataclass
+class SourceExample:
+    """One row as read from a source, before rendering and tokenization."""
+
+    question: Question
+    """The prompt field: text, or a list of chat messages."""
+    columns: dict[str, Any] = field(default_factory=dict)
+    """Every other field of the row (the answer and extra columns), passed to the reward functions."""
+    index: int = 0
+    """0-based position of the row in its source."""
+
+
+@dataclass
+class PromptRecord:
+    """One prompt ready for rollouts. A batch is ``list[PromptRecord]``."""
+
+    prompt: str
+    """The rendered prompt text (chat template and system prompt applied)."""
+    prompt_ids: list[int]
+    """Token ids of ``prompt`` (at most ``max_prompt_length``)."""
+    columns: dict[str, Any]
+    """Answer and extra columns, e.g. ``{"answer": "0.5"}``; reward functions receive them as keyword lists."""
+    index: int
+    """0-based position of the row in its source."""
+
+
+def _check_row(row: Any, where: str, prompt_field: str, required_columns: Sequence[str], index: int) -> SourceExample:
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    missing = [name for name in (prompt_field, *required_columns) if name not in row or row[name] is None]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {missing} (present: {sorted(row)})")
+    question = row[prompt_field]
+    is_messages = isinstance(question, list) and all(isinstance(m, dict) and "content" in m for m in question)
+    if not (isinstance(question, str) or is_messages):
+        raise ValueError(f"{where}: field {prompt_field!r} must be a string or a list of chat messages")
+    columns = {name: value for name, value in row.items() if name != prompt_field}
+    return SourceExample(question=question, columns=columns, index=index)
+
+
+def _nonempty(examples: list[SourceExample], source: str) -> list[SourceExample]:
+    if not examples:
+        raise ValueError(f"{source}: the dataset is empty")
+    return examples
+
+
+def read_jsonl(
+    path: str | Path, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+) -> list[SourceExample]:
+    """Read one JSON object per line; blank lines are allowed and ignored.
+
+    Raises:
+        FileNotFoundError: If the file does not exist.
+        ValueError: ``"<path>:<line>: ..."`` for malformed JSON or a missing field, or if the file has no rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such JSONL file: {path}")
+    examples: list[SourceExample] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+            examples.append(_check_row(row, where, prompt_field, required_columns, len(examples)))
+    return _nonempty(examples, str(path))
+
+
+def read_parquet(
+    path: str | Path, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+) -> list[SourceExample]:
+    """Read a Parquet file with ``pyarrow``; errors name the file and the 1-based row.
+
+    Raises:
+        ImportError: If ``pyarrow`` is not installed.
+        FileNotFoundError: If the file does not exist.
+        ValueError: If a column is missing or the file has no rows.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such Parquet file: {path}")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as err:
+        raise ImportError("reading Parquet needs pyarrow: pip install 'lit_fgrpo[dev]' or pip install pyarrow") from err
+    table = pq.read_table(path)
+    missing = [name for name in (prompt_field, *required_columns) if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing} (present: {table.column_names})")
+    rows = table.to_pylist()
+    examples = [
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i) for i, row in enumerate(rows)
+    ]
+    return _nonempty(examples, str(path))
+
+
+def read_disk_dataset(
+    path: str | Path, split: str, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+) -> list[SourceExample]:
+    """Read a Hugging Face ``datasets`` folder written by ``save_to_disk`` (a Dataset or one split of a DatasetDict).
+
+    Raises:
+        ImportError: If ``datasets`` is not installed.
+        ValueError: If the split or a column is missing or the dataset is empty.
+    """
+    try:
+        import datasets
+    except ImportError as err:
+        raise ImportError("source='disk' needs the 'datasets' package: pip install datasets") from err
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise ValueError(f"{path}: no split {split!r} (splits: {list(loaded)})")
+        loaded = loaded[split]
+    missing = [name for name in (prompt_field, *required_columns) if name not in loaded.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing} (present: {loaded.column_names})")
+    examples = [
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i) for i, row in enumerate(loaded)
+    ]
+    return _nonempty(examples, str(path))
+
+
+def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
+    """Generate ``size`` entries of a reasoning-gym dataset (offline, deterministic per seed).
+
+    Columns: ``answer`` (the reference answer) and ``entry`` (the whole entry, which ``score_answer`` needs).
+
+    Raises:
+        ImportError: If ``reasoning_gym`` is not installed.
+        ValueError: If no dataset has that name.
+    """
+    try:
+        import reasoning_gym
+        from reasoning_gym.factory import DATASETS
+    except ImportError as err:
+        raise ImportError("source='reasoning_gym' needs reasoning-gym: pip install 'lit_fgrpo[reasoning-gym]'") from err
+    if name not in DATASETS:
+        raise ValueError(f"unknown reasoning-gym dataset {name!r}; e.g. {sorted(DATASETS)[:8]}")
+    dataset = reasoning_gym.create_dataset(name, seed=seed, size=size)
+    examples = [
+        SourceExample(question=entry["question"], columns={"answer": entry["answer"], "entry": entry}, index=i)
+        for i, entry in enumerate(dataset)
+    ]
+    return _nonempty(examples, f"reasoning_gym:{name}")
+
+
+def read_maze_splits(
+    config: Any, num_train: int, num_val: int, num_test: int, seed: int
+) -> dict[str, list[SourceExample]]:
+    """Draw disjoint train/val/test mazes; the question is the prompt words, ``answer`` the target words.
+
+    Args:
+        config: A :class:`lit_fgrpo.tasks.maze.MazeConfig`.
+        num_train: Training mazes.
+        num_val: Validation mazes.
+        num_test: Test mazes.
+        seed: Seed of the maze generator.
+    """
+    from lit_fgrpo.tasks.maze import make_maze_splits, maze_prompt_tokens, maze_target_tokens
+
+    splits = make_maze_splits(config, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed)
+    return {
+        name: [
+            SourceExample(
+                question=" ".join(maze_prompt_tokens(maze)),
+                columns={"answer": " ".join(maze_target_tokens(maze))},
+                index=i,
+            )
+            for i, maze in enumerate(mazes)
+        ]
+        for name, mazes in splits.items()
+    }
+
+
+def render_prompt(tokenizer: Any, question: Question, system_prompt: str | None = None) -> str:
+    """Prompt text: the tokenizer's chat template with a generation prompt when it has one, plain text otherwise.
+
+    Without a template the system prompt and the message contents are joined by blank lines.
+    """
+    messages = [{"role": "user", "content": question}] if isinstance(question, str) else list(question)
+    if system_prompt and not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    if getattr(tokenizer, "chat_template", None):
+        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    return "\n\n".join(str(m["content"]) for m in messages)
+
+
+def render_records(
+    examples: Sequence[SourceExample],
+    tokenizer: Any,
+    max_prompt_length: int,
+    too_long: TooLongPolicy = "skip",
+    system_prompt: str | None = None,
+    source: str = "dataset",
+) -> list[PromptRecord]:
+    """Render and tokenize examples, applying the too-long policy.
+
+    Templated text is tokenized without special tokens (the template writes them); plain text gets the
+    tokenizer's special tokens unless it already starts with the BOS token (as maze prompts do).
+
+    Args:
+        examples: Rows from a reader.
+        tokenizer: A Hugging Face tokenizer.
+        max_prompt_length: Longest prompt in tokens.
+        too_long: ``"skip"`` (default) drops a longer prompt and logs a warning with the count; ``"truncate_left"``
+            keeps its last ``max_prompt_length`` tokens (the prompt text is re-decoded from them) and logs the
+            count; ``"error"`` raises on the first one.
+        system_prompt: Optional system message.
+        source: Name used in messages.
+
+    Raises:
+        ValueError: If a prompt is too long under ``"error"``, or every prompt was skipped.
+    """
+    templated = bool(getattr(tokenizer, "chat_template", None))
+    bos = getattr(tokenizer, "bos_token", None)
+    texts = [render_prompt(tokenizer, ex.question, system_prompt) for ex in examples]
+    adds_special = [not templated and not (bos and text.startswith(bos)) for text in texts]
+    token_ids: list[list[int]] = [[] for _ in texts]
+    for flag in (True, False):  # one batched call per setting of add_special_tokens
+        rows = [i for i, add in enumerate(adds_special) if add is flag]
+        if rows:
+            encoded = tokenizer([texts[i] for i in rows], add_special_tokens=flag)["input_ids"]
+            for i, ids in zip(rows, encoded):
+                token_ids[i] = list(ids)
+    records: list[PromptRecord] = []
+    num_too_long = 0
+    for example, text, ids in zip(examples, texts, token_ids):
+        if len(ids) > max_prompt_length:
+            num_too_long += 1
+            if too_long == "error":
+                raise ValueError(
+                    f"{source}: prompt {example.index} has {len(ids)} tokens > max_prompt_length={max_prompt_length} "
+                    "(raise max_prompt_length or set too_long='skip' / 'truncate_left')"
+                )
+            if too_long == "skip":
+                continue
+            ids = ids[-max_prompt_length:]
+            text = tokenizer.decode(ids, skip_special_tokens=False)
+        records.append(PromptRecord(prompt=text, prompt_ids=ids, columns=example.columns, index=example.index))
+    if num_too_long:
+        action = "skipped" if too_long == "skip" else "left-truncated"
+        log.warning(
+            "%s: %d of %d prompts exceed max_prompt_length=%d tokens and were %s",
+            source,
+            num_too_long,
+            len(examples),
+            max_prompt_length,
+            action,
+        )
+    if not records:
+        raise ValueError(f"{source}: all {len(examples)} prompts exceed max_prompt_length={max_prompt_length}")
+    return records
+
+
+def columns_per_completion(records: Sequence[PromptRecord], num_generations: int) -> dict[str, list[Any]]:
+    """Expand per-prompt columns to per-completion lists (prompt-major: row ``i * G + j``), ``None`` where absent."""
+    names = sorted({name for record in records for name in record.columns})
+    return {name: [record.columns.get(name) for record in records for _ in range(num_generations)] for name in names}

@@ -1,0 +1,92 @@
+"""Building the policy, its tokenizer and the optional LoRA wrapper from settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+BUILTIN_MAZE_TOKENIZER = "builtin:maze"
+
+
+@dataclass
+class LoraSettings:
+    """PEFT LoRA settings for the policy (the reference model is the base with adapters disabled)."""
+
+    r: int = 16
+    """LoRA rank."""
+    alpha: int = 32
+    """LoRA scaling numerator (lora_alpha)."""
+    dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Module names that receive adapters."""
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """A local tokenizer directory, or ``builtin:maze`` for the maze task's word-level vocabulary."""
+    if name_or_path == BUILTIN_MAZE_TOKENIZER:
+        from lit_fgrpo.tasks.maze import MAZE_VOCAB
+        from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
+
+        return build_word_tokenizer(list(MAZE_VOCAB))
+    from transformers import AutoTokenizer
+
+    if not Path(name_or_path).exists():
+        raise FileNotFoundError(
+            f"FGRPOModule.tokenizer: {name_or_path!r} is not a local directory (no hub access at run time); "
+            f"pass a saved tokenizer folder or {BUILTIN_MAZE_TOKENIZER!r}"
+        )
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def build_policy(model: str | None, model_config: dict[str, Any] | None, tokenizer: Any, seed: int) -> nn.Module:
+    """A causal LM from a local path, or built from an HF config dict (``{"model_type": "qwen2", ...}``)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if (model is None) == (model_config is None):
+        raise ValueError("FGRPOModule: give exactly one of `model` (a local path) or `model_config` (a config dict)")
+    if model is not None:
+        if not Path(model).exists():
+            raise FileNotFoundError(f"FGRPOModule.model: {model!r} is not a local directory (no hub at run time)")
+        return AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32)
+    assert model_config is not None
+    cfg = dict(model_config)
+    if "model_type" not in cfg:
+        raise ValueError("FGRPOModule.model_config needs a `model_type` key, e.g. 'qwen2' or 'llama'")
+    cfg.setdefault("vocab_size", len(tokenizer))
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if getattr(tokenizer, name, None) is not None:
+            cfg.setdefault(name, getattr(tokenizer, name))
+    config = AutoConfig.for_model(**cfg)
+    with _seeded(seed):
+        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """Fork the torch RNG so that building a model from a config is reproducible and side-effect free."""
+    import torch
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        yield
+
+
+def apply_lora(policy: nn.Module, lora: LoraSettings) -> nn.Module:
+    """Wrap ``policy`` with PEFT LoRA adapters; only adapter weights stay trainable."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(policy, config)  # type: ignore[arg-type]

@@ -1,0 +1,206 @@
+"""Scoring completions with TRL-style reward functions, failure-tolerant, plus the correctness verdict behind mu_hat.
+
+A reward function is ``f(prompts, completions, **columns) -> list[float | None]``; every argument is a list with
+one entry per completion (B rows). ``None`` means "cannot score this row". As in TRL, the total reward is the
+weighted sum over functions that skips ``None`` (NaN), and is NaN only when every function gave ``None``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+class RewardFn(Protocol):
+    """``(prompts, completions, **columns) -> list[float | None]`` with per-completion lists of length B."""
+
+    def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float | None]: ...
+
+
+@dataclass
+class RewardResult:
+    """Scores of B completions."""
+
+    rewards: Tensor
+    """(B,) float32 weighted NaN-aware sum of the reward functions; NaN where every function gave ``None``."""
+    correct: Tensor
+    """(B,) bool verdict ``correctness >= threshold``; ``False`` where the verdict was ``None``."""
+    per_function: dict[str, Tensor]
+    """Reward-function name -> (B,) float32 values, NaN for ``None``."""
+    num_failed: dict[str, int]
+    """Reward-function name -> rows it raised on or returned ``None``/NaN for."""
+    num_unjudged: int = 0
+    """Rows whose correctness verdict was ``None`` (counted as incorrect)."""
+
+
+def reward_name(fn: Any) -> str:
+    """A reward function's name for logs: ``__name__``, else its class name."""
+    return str(getattr(fn, "__name__", None) or type(fn).__name__)
+
+
+def _as_score(value: Any) -> float | None:
+    if value is None:
+        return None
+    score = float(value)
+    return None if math.isnan(score) else score
+
+
+def _call_checked(fn: RewardFn, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]) -> list[Any]:
+    values = list(fn(prompts, completions, **columns))
+    if len(values) != len(completions):
+        raise ValueError(f"returned {len(values)} values for {len(completions)} completions")
+    return [_as_score(v) for v in values]
+
+
+def run_reward(
+    fn: RewardFn, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
+) -> tuple[list[float | None], int]:
+    """Call ``fn`` on the batch; if it raises, retry row by row so that only failing rows get ``None``.
+
+    Returns:
+        The (B,) scores and the number of ``None`` rows. Failures are logged as warnings, never raised.
+    """
+    name = reward_name(fn)
+    try:
+        scores = _call_checked(fn, prompts, completions, columns)
+    except Exception as batch_error:  # a reward function must never crash training
+        log.warning("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
+        scores = []
+        last_error: Exception | None = None
+        for i in range(len(prompts)):
+            row_columns = {key: values[i : i + 1] for key, values in columns.items()}
+            try:
+                scores.extend(_call_checked(fn, prompts[i : i + 1], completions[i : i + 1], row_columns))
+            except Exception as row_error:
+                scores.append(None)
+                last_error = row_error
+        num_raised = sum(score is None for score in scores)
+        if last_error is not None:
+            log.warning(
+                "reward %r failed on %d of %d completions (last: %r)", name, num_raised, len(prompts), last_error
+            )
+    num_failed = sum(score is None for score in scores)
+    return scores, num_failed
+
+
+def _to_tensor(scores: Sequence[float | None]) -> Tensor:
+    return torch.tensor([math.nan if s is None else s for s in scores], dtype=torch.float32)
+
+
+def score_completions(
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    columns: dict[str, Sequence[Any]],
+    reward_funcs: Sequence[RewardFn],
+    weights: Sequence[float] | None = None,
+    correctness_fn: RewardFn | None = None,
+    correct_threshold: float = 0.5,
+) -> RewardResult:
+    """Score B completions with several weighted reward functions and one correctness verdict.
+
+    Args:
+        prompts: (B,) prompt texts (repeat each prompt for each of its completions).
+        completions: (B,) completion texts.
+        columns: Name -> (B,) per-completion values (answer, entry, completion_length, ...).
+        reward_funcs: The reward functions; names in the result come from :func:`reward_name` (``#2`` etc. for
+            repeats).
+        weights: One weight per function (default all 1.0).
+        correctness_fn: The verdict that defines mu_hat, kept apart from shaping terms. If it is one of
+            ``reward_funcs`` its values are reused; ``None`` judges by the total reward.
+        correct_threshold: A row is correct when the verdict is ``>= correct_threshold``.
+
+    Raises:
+        ValueError: If lengths disagree or no reward function is given (caller errors, not reward failures).
+    """
+    batch_size = len(completions)
+    if len(prompts) != batch_size:
+        raise ValueError(f"score_completions: {len(prompts)} prompts for {batch_size} completions")
+    for key, values in columns.items():
+        if len(values) != batch_size:
+            raise ValueError(f"score_completions: column {key!r} has {len(values)} rows, expected {batch_size}")
+    if not reward_funcs:
+        raise ValueError("score_completions needs at least one reward function")
+    weights = [1.0] * len(reward_funcs) if weights is None else list(weights)
+    if len(weights) != len(reward_funcs):
+        raise ValueError(f"score_completions: {len(weights)} weights for {len(reward_funcs)} reward functions")
+    prompt_list, completion_list = list(prompts), list(completions)
+    column_lists = {key: list(values) for key, values in columns.items()}
+
+    per_function: dict[str, Tensor] = {}
+    num_failed: dict[str, int] = {}
+    correctness_values: Tensor | None = None
+    for fn in reward_funcs:
+        name, suffix = reward_name(fn), 2
+        while name in per_function:
+            name, suffix = f"{reward_name(fn)}#{suffix}", suffix + 1
+        scores, failed = run_reward(fn, prompt_list, completion_list, column_lists)
+        per_function[name], num_failed[name] = _to_tensor(scores), failed
+        if fn is correctness_fn and correctness_values is None:
+            correctness_values = per_function[name]
+
+    stacked = torch.stack(list(per_function.values()), dim=1)  # (B, K)
+    weighted = stacked * torch.tensor(weights, dtype=torch.float32)
+    rewards = torch.nansum(weighted, dim=1)
+    rewards[torch.isnan(stacked).all(dim=1)] = math.nan
+
+    if correctness_values is None:
+        if correctness_fn is None:
+            correctness_values = rewards
+        else:
+            verdicts, _ = run_reward(correctness_fn, prompt_list, completion_list, column_lists)
+            correctness_values = _to_tensor(verdicts)
+    unjudged = torch.isnan(correctness_values)
+    correct = (correctness_values >= correct_threshold) & ~unjudged
+    return RewardResult(rewards, correct, per_function, num_failed, int(unjudged.sum()))
+
+
+def _builtin_rewards() -> dict[str, Any]:
+    from lit_fgrpo.rewards.math_answer import math_answer_reward
+    from lit_fgrpo.rewards.maze_reward import maze_reward
+    from lit_fgrpo.rewards.reasoning_gym_reward import reasoning_gym_correct, reasoning_gym_reward
+
+    return {
+        "math_answer": math_answer_reward,
+        "maze": maze_reward,
+        "reasoning_gym": reasoning_gym_reward,
+        "reasoning_gym_correct": reasoning_gym_correct(),
+    }
+
+
+BUILTIN_REWARD_NAMES = ("math_answer", "maze", "reasoning_gym", "reasoning_gym_correct")
+"""Names :func:`resolve_reward` knows without a module path."""
+
+
+def resolve_reward(name_or_path: str | RewardFn) -> RewardFn:
+    """A reward function by built-in name (:data:`BUILTIN_REWARD_NAMES`) or ``package.module:attr`` /
+    ``package.module.attr`` path. A class found by path is instantiated without arguments; a callable passes through.
+
+    Raises:
+        ValueError: If the name is unknown, the path cannot be imported, or the object is not callable.
+    """
+    if not isinstance(name_or_path, str):
+        return name_or_path
+    builtins = _builtin_rewards()
+    if name_or_path in builtins:
+        return builtins[name_or_path]
+    module_name, sep, attr = name_or_path.partition(":") if ":" in name_or_path else name_or_path.rpartition(".")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"unknown reward {name_or_path!r}: use one of {BUILTIN_REWARD_NAMES} or 'package.module:name'")
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"cannot import reward {name_or_path!r}: {err}") from None
+    if isinstance(obj, type):
+        obj = obj()
+    if not callable(obj):
+        raise ValueError(f"reward {name_or_path!r} is not callable")
+    return obj

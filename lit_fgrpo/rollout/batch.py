@@ -1,0 +1,99 @@
+"""``RolloutBatch``: the typed hand-over from the rollout callback to the module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lit_fgrpo.rollout.base import Generation
+
+
+@dataclass
+class RolloutBatch:
+    """P prompts x G completions, scored, as padded tensors (B = P * G rows, prompt-major)."""
+
+    input_ids: Tensor
+    """(B, Tp + T) left-padded prompt followed by the right-padded completion."""
+    attention_mask: Tensor
+    """(B, Tp + T) 1 on real tokens."""
+    completion_mask: Tensor
+    """(B, T) float, 1 on completion tokens that are trained on (up to and including the stop token)."""
+    rewards: Tensor
+    """(P, G) float rewards (weighted sum of reward functions; NaN where unscorable)."""
+    correct: Tensor
+    """(P, G) bool verifier verdicts; they define mu_hat, kept apart from shaping terms."""
+    max_completion_length: int
+    """L_max of the sampler (the dr_grpo divisor)."""
+    sampling_logp: Tensor | None = None
+    """(B, T) log-probs reported by the engine at sampling time (for the mismatch correction)."""
+    prompts: list[str] = field(default_factory=list)
+    completions: list[str] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    """Rollout-side health signals (timings, failed reward calls), logged by the module under ``rollout/``."""
+
+    @property
+    def num_prompts(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def group_size(self) -> int:
+        return int(self.rewards.shape[1])
+
+    @property
+    def completion_length(self) -> int:
+        return int(self.completion_mask.shape[1])
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """Move the tensors (not the texts) to ``device``."""
+        moved: dict[str, Any] = {
+            name: (value.to(device) if isinstance(value, Tensor) else value) for name, value in self.__dict__.items()
+        }
+        return RolloutBatch(**moved)
+
+
+def pad_rollouts(
+    prompt_ids: list[list[int]],
+    generation: Generation,
+    group_size: int,
+    pad_token_id: int,
+    mask_truncated: bool = False,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Pack prompts and their completions into padded tensors.
+
+    Args:
+        prompt_ids: P prompts as token lists.
+        generation: the engine's output, B = P * group_size rows, prompt-major.
+        group_size: G.
+        pad_token_id: filler id (its positions are masked, so its value never matters).
+        mask_truncated: zero the loss mask of completions cut at max_tokens (DAPO's overlong filtering).
+
+    Returns:
+        ``input_ids`` (B, Tp + T), ``attention_mask`` (B, Tp + T), ``completion_mask`` (B, T) and
+        ``sampling_logp`` (B, T) or None.
+    """
+    rows = len(generation.completion_ids)
+    if rows != len(prompt_ids) * group_size:
+        raise ValueError(f"engine returned {rows} rows for {len(prompt_ids)} prompts x {group_size} samples")
+    prompt_width = max(len(p) for p in prompt_ids)
+    comp_width = max(1, max((len(c) for c in generation.completion_ids), default=1))
+    input_ids = torch.full((rows, prompt_width + comp_width), pad_token_id, dtype=torch.long)  # (B, Tp + T)
+    attention_mask = torch.zeros_like(input_ids)  # (B, Tp + T)
+    completion_mask = torch.zeros((rows, comp_width), dtype=torch.float32)  # (B, T)
+    has_logp = generation.sampling_logprobs is not None
+    sampling_logp = torch.zeros((rows, comp_width), dtype=torch.float32) if has_logp else None  # (B, T)
+    for row, completion in enumerate(generation.completion_ids):
+        prompt = prompt_ids[row // group_size]
+        input_ids[row, prompt_width - len(prompt) : prompt_width] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[row, prompt_width - len(prompt) : prompt_width] = 1
+        n = len(completion)
+        if n:
+            input_ids[row, prompt_width : prompt_width + n] = torch.tensor(completion, dtype=torch.long)
+            attention_mask[row, prompt_width : prompt_width + n] = 1
+            truncated = bool(generation.finished) and not generation.finished[row]
+            completion_mask[row, :n] = 0.0 if (mask_truncated and truncated) else 1.0
+            if sampling_logp is not None and generation.sampling_logprobs is not None:
+                sampling_logp[row, :n] = torch.tensor(generation.sampling_logprobs[row][:n], dtype=torch.float32)
+    return input_ids, attention_mask, completion_mask, sampling_logp
