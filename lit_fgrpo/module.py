@@ -309,7 +309,10 @@ class FGRPOModule(L.LightningModule):
                 num_items=items,
                 importance_weights=is_weights[chunk] if is_weights is not None else None,
             )
-            self.manual_backward(loss * share)
+            if self._trainer is not None:
+                self.manual_backward(loss * share)
+            else:  # used outside a Trainer (e.g. by a user's own loop or a test)
+                (loss * share).backward()
             piece["loss"] = (loss * share).detach()
             piece["tokens"] = mask[chunk].sum()
             assert out.entropy is not None

@@ -39,7 +39,8 @@ def pass_at_k(num_samples: Tensor | int, num_correct: Tensor | int, k: int) -> T
     log_ratio = (
         torch.lgamma(safe_wrong + 1) - torch.lgamma(safe_wrong - k + 1) - torch.lgamma(n + 1) + torch.lgamma(n - k + 1)
     )
-    return torch.where(all_covered, torch.ones_like(n), -torch.expm1(log_ratio))
+    value = torch.where(all_covered, torch.ones_like(n), -torch.expm1(log_ratio))
+    return torch.where(c == 0, torch.zeros_like(n), value)  # exactly 0, not lgamma round-off
 
 
 _LANE_MAX_WORDS = 255  # a byte lane holds at most 255 before it would carry into its neighbour

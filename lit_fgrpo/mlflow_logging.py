@@ -1,0 +1,82 @@
+"""MLflow by default: a local sqlite store, the resolved config as an artifact and as params.
+
+mlflow is imported lazily; without it the CLI falls back to Lightning's CSVLogger (tested).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Any
+
+from lightning.pytorch.cli import SaveConfigCallback
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+DEFAULT_ARTIFACT_LOCATION = "./mlruns"
+
+
+def mlflow_available() -> bool:
+    return importlib.util.find_spec("mlflow") is not None
+
+
+def default_logger_config(experiment_name: str = "lit_fgrpo") -> dict[str, Any]:
+    """The Trainer's default logger as a LightningCLI class_path/init_args dict."""
+    if not mlflow_available():
+        log.warning("mlflow is not installed: logging to CSV under ./lightning_logs instead")
+        return {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": "lightning_logs"}}
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return {
+        "class_path": "lightning.pytorch.loggers.MLFlowLogger",
+        "init_args": {
+            "experiment_name": experiment_name,
+            "tracking_uri": os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
+            "artifact_location": DEFAULT_ARTIFACT_LOCATION,
+            "log_model": False,
+        },
+    }
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), sub, out)
+    else:
+        out[prefix] = value
+
+
+class MLflowSaveConfigCallback(SaveConfigCallback):
+    """Log the resolved config as ``config.yaml`` and as flattened params to the MLflow run.
+
+    Lightning's own SaveConfigCallback asserts a log_dir, which an MLflow logger with a sqlite URI lacks;
+    this one writes to the tracking store instead (and to the log dir for loggers that have one).
+    """
+
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        logger = trainer.logger
+        text = self.parser.dump(self.config, skip_none=False)
+        experiment = getattr(logger, "experiment", None)
+        run_id = getattr(logger, "run_id", None)
+        if run_id is not None and experiment is not None and hasattr(experiment, "log_text"):
+            experiment.log_text(run_id, text, "config.yaml")
+            flat: dict[str, Any] = {}
+            _flatten("", self.config.as_dict() if hasattr(self.config, "as_dict") else dict(self.config), flat)
+            params = {
+                k: str(v)[:500]
+                for k, v in flat.items()
+                if k not in ("config",) and not k.startswith("trainer.callbacks")
+            }
+            logger.log_hyperparams(params)
+        elif getattr(logger, "log_dir", None):
+            path = os.path.join(logger.log_dir, self.config_filename)
+            os.makedirs(logger.log_dir, exist_ok=True)
+            with open(path, "w") as handle:
+                handle.write(text)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved or not trainer.is_global_zero:
+            return
+        self.save_config(trainer, pl_module, stage)
+        self.already_saved = True

@@ -1,0 +1,128 @@
+"""FGRPOModule: a real optimisation step, reference handling, gamma, loss presets, LoRA and bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lit_fgrpo.objectives import group_advantages, policy_loss
+from tests.training.tiny_setup import run_steps, synthetic_rollout, tiny_module
+
+
+def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_one_step_changes_policy_not_reference() -> None:
+    module = tiny_module(beta=0.1, gamma=0.5)
+    assert module.reference is not None
+    before, ref_before = params(module.policy), params(module.reference)
+    trainer = run_steps(module, synthetic_rollout())
+    after = params(module.policy)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(torch.equal(ref_before[k], v) for k, v in params(module.reference).items())
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert trainer.callback_metrics["train/kl"] >= 0
+    # the reference is not part of the checkpointed state
+    assert not any(key.startswith("_reference") for key in module.state_dict())
+
+
+def test_no_reference_without_kl() -> None:
+    assert tiny_module(beta=0.0).reference is None
+
+
+def test_gamma_changes_the_update_and_gamma_zero_is_grpo() -> None:
+    rollout = synthetic_rollout()
+    base = tiny_module(gamma=0.0, lr=1e-3)
+    start = params(base.policy)
+    focal = copy.deepcopy(base)
+    focal.gamma = 0.5
+    run_steps(base, rollout)
+    run_steps(focal, rollout)
+    d_base = {k: params(base.policy)[k] - start[k] for k in start}
+    d_focal = {k: params(focal.policy)[k] - start[k] for k in start}
+    assert any(not torch.allclose(d_base[k], d_focal[k]) for k in start)
+
+
+def test_training_step_gradient_equals_the_pure_loss() -> None:
+    """The module's accumulated gradient equals policy_loss on the whole batch (micro-batching is exact)."""
+    rollout = synthetic_rollout(P=4, G=4)
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
+        module = tiny_module(gamma=0.5, loss_type=loss_type, micro_batch_rows=3, max_grad_norm=None)
+        reference = copy.deepcopy(module.policy)
+        module._rollout = rollout
+        adv = group_advantages(rollout.rewards, 0.5, success=rollout.correct).reshape(-1)
+        from lit_fgrpo.logprobs import completion_logprobs
+
+        logp = completion_logprobs(reference, rollout.input_ids, rollout.attention_mask, 5).logp
+        loss, _ = policy_loss(
+            logp,
+            None,
+            adv,
+            rollout.completion_mask,
+            loss_type,
+            module.epsilon,
+            module.epsilon_high,
+            max_completion_length=5,
+        )
+        loss.backward()
+        rows = torch.arange(16)
+        module._accumulate(rollout, rows, adv, None, None, None, rollout.completion_mask.sum())
+        for (name, p), (_, q) in zip(module.policy.named_parameters(), reference.named_parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=f"{loss_type} {name}")
+
+
+def test_mini_batches_and_iterations_take_several_optimizer_steps() -> None:
+    module = tiny_module(mini_batch_prompts=2, num_iterations=2)
+    trainer = run_steps(module, synthetic_rollout(P=4))
+    assert trainer.global_step == 4  # 2 mini-batches x 2 iterations
+    assert trainer.callback_metrics["train/ratio_mean"] > 0
+
+
+def test_lora_policy_reference_is_the_base_with_adapters_disabled() -> None:
+    from lit_fgrpo.policy import LoraSettings
+
+    module = tiny_module(beta=0.1, lora=LoraSettings(r=4, alpha=8))
+    assert module.reference is None and module.is_lora
+    before = params(module.policy)
+    run_steps(module, synthetic_rollout())
+    after = params(module.policy)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)
+
+
+def test_save_pretrained_loads_with_transformers(tmp_path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    module = tiny_module()
+    module.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([[1, 4, 9, 9, 8]])
+    torch.testing.assert_close(loaded(ids).logits, module.policy(ids).logits)
+    assert AutoTokenizer.from_pretrained(tmp_path)("WALL PATH")["input_ids"] == [9, 8]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"gamma": -0.5}, "--model.gamma"),
+        ({"num_iterations": 0}, "--model.num_iterations"),
+        ({"loss_type": "ppo"}, "--model.loss_type"),
+        ({"mini_batch_prompts": 0}, "--model.mini_batch_prompts"),
+        ({"val_pass_at_k": [0]}, "--model.val_pass_at_k"),
+    ],
+)
+def test_bad_settings_name_the_flag(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        tiny_module(**kwargs)
+
+
+def test_missing_rollout_callback_is_a_clear_error() -> None:
+    import lightning as L
+
+    module = tiny_module()
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    with pytest.raises(RuntimeError, match="RolloutCallback"):
+        trainer.fit(module, torch.utils.data.DataLoader([0], batch_size=1))

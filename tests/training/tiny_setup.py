@@ -1,0 +1,75 @@
+"""Tiny, offline building blocks for the training-loop tests (a 2-layer maze policy, synthetic rollouts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rollout.batch import RolloutBatch
+
+TINY_MODEL = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 160,
+    "tie_word_embeddings": True,
+    "initializer_range": 0.15,
+}
+
+
+def tiny_module(**kwargs: Any) -> FGRPOModule:
+    settings: dict[str, Any] = {"model_config": TINY_MODEL, "tokenizer": "builtin:maze", "lr": 1e-2}
+    settings |= kwargs
+    return FGRPOModule(**settings)
+
+
+def synthetic_rollout(P: int = 4, G: int = 4, Tp: int = 6, T: int = 5, vocab: int = 17, seed: int = 0) -> RolloutBatch:
+    """Random prompts/completions with mixed groups (success counts 1..G-1) and ragged completion lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    B = P * G
+    input_ids = torch.randint(4, vocab, (B, Tp + T), generator=gen)  # (B, Tp + T)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    completion_mask = (torch.arange(T)[None, :] < lengths[:, None]).float()  # (B, T)
+    attention_mask = torch.cat([torch.ones(B, Tp, dtype=torch.long), completion_mask.long()], dim=1)
+    correct = torch.zeros(P, G, dtype=torch.bool)
+    for p in range(P):
+        correct[p, : 1 + p % (G - 1)] = True  # 1 .. G-1 successes: every group active, different mu_hat
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        completion_mask=completion_mask,
+        rewards=correct.float(),
+        correct=correct,
+        max_completion_length=T,
+    )
+
+
+class HandOver(L.Callback):
+    """Hands the same synthetic rollout to the module before every training step."""
+
+    def __init__(self, rollout: RolloutBatch) -> None:
+        self.rollout = rollout
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        pl_module.receive_rollout(self.rollout)
+
+
+def run_steps(module: FGRPOModule, rollout: RolloutBatch, steps: int = 1) -> L.Trainer:
+    loader = torch.utils.data.DataLoader([0] * steps, batch_size=1)
+    trainer = L.Trainer(
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[HandOver(rollout)],
+        accelerator="cpu",
+    )
+    trainer.fit(module, loader)
+    return trainer
