@@ -4,6 +4,7 @@
     lit-fgrpo fit --config configs/maze_cpu.yaml --print_config
     lit-fgrpo fit --help                                  # every setting with its docstring
     lit-fgrpo simulate --group-sizes 2 8 32 --seeds 2     # paper §5 categorical simulation
+    lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
 """
@@ -57,6 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         from lit_fgrpo.theory.simulate_cli import main as simulate_main
 
         return simulate_main(words[1:])
+    if words and words[0] == "maze-sweep":
+        from lit_fgrpo.experiments.maze_sweep import main as sweep_main
+
+        return sweep_main(words[1:])
     cli_main(None if argv is None else words)
     return 0
 

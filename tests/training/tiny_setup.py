@@ -73,3 +73,8 @@ def run_steps(module: FGRPOModule, rollout: RolloutBatch, steps: int = 1) -> L.T
     )
     trainer.fit(module, loader)
     return trainer
+
+
+def word_count_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
+    """A dense toy reward (completion length in words, mod 3, halved) so random policies get mixed groups."""
+    return [(len(c.split()) % 3) / 2 for c in completions]
