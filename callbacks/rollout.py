@@ -6,6 +6,13 @@ After optimizer steps it pushes the policy's weights into the engine (every ``sy
 the sync by comparing the engine's log-probs with the trainer's on a small probe (logged as
 ``rollout/sync_logprob_delta``; a gap beyond ``sync_tolerance`` raises). Validation samples ``val_samples``
 completions per held-out prompt; the module logs ``val/pass_at_k``.
+
+Engine life cycle. A separate engine (vLLM) is built in ``setup`` from the policy as it is then, which is not
+yet the policy that trains: a warm start (``on_fit_start``) or a restored checkpoint (``fit(ckpt_path=...)``)
+changes the weights afterwards. Every ``fit``/``validate``/``test`` therefore marks the engine stale, and the
+first rollout of the run (sanity check, start-of-run validation or the first training batch, whichever comes
+first) pushes and checks the weights before it samples. With ``enable_sleep_mode`` on a GPU the engine sleeps
+while the trainer runs its optimizer step and wakes before the next generation or weight push.
 """
 
 from __future__ import annotations
@@ -54,14 +61,18 @@ class RolloutCallback(L.Callback):
         correctness: the function whose score >= ``correct_threshold`` defines "correct" (mu_hat); default the
             first reward function. Kept apart from shaping terms.
         correct_threshold: score at or above which a completion is correct.
-        sync_every: push weights into the engine every k optimizer steps.
-        sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe after a sync.
+        sync_every: push weights into the engine every k optimizer steps (and before validation, so that
+            pass@k always measures the current policy).
+        sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe after a sync. Both sides are
+            compared at temperature 1, whatever the sampling temperature. 1e-3 suits a float32 engine; a bf16
+            vLLM engine on GPU needs a looser value (about 0.25).
         sync_probe_rows: rows of the last rollout used as the probe (0 disables the check).
         mask_truncated_completions: no loss on completions cut at ``max_tokens`` (DAPO overlong filtering).
         validate_at_start: run the validation sampling once before the first RL step (logged at step 0,
             printed with the final values at the end of fit).
         log_samples_every: log a table of sample completions every this many steps (0 = never).
-        engine_kwargs: extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype, ...).
+        engine_kwargs: extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype,
+            max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
         seed: base sampling seed; training step s samples with seed + s, so a resumed run repeats exactly.
     """
@@ -124,7 +135,9 @@ class RolloutCallback(L.Callback):
         self.start_pass_at_k: dict[str, float] = {}
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._probe: tuple[list[list[int]], list[list[int]]] | None = None
-        self._resumed = False
+        # True while the engine may hold other weights than the policy (built before a warm start or before a
+        # checkpoint was restored); the next rollout syncs first.
+        self._engine_stale = False
 
     # ------------------------------------------------------------------ engine
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -148,6 +161,16 @@ class RolloutCallback(L.Callback):
             self.pad_token_id: int = (
                 tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
             )
+        module_temperature = getattr(getattr(pl_module, "hparams", None), "temperature", None)
+        if module_temperature is not None and float(module_temperature) != self.sampling.temperature:
+            # The engine reports log_softmax(z / sampling.temperature); the module divides its logits by its own
+            # temperature. Different values make the importance weights and logprob_mismatch meaningless.
+            log.warning(
+                "RolloutCallback.sampling.temperature=%s differs from the module's temperature=%s: the sampling "
+                "log-probs and the trainer's log-probs are then at different temperatures",
+                self.sampling.temperature,
+                module_temperature,
+            )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         close = getattr(self.engine, "close", None)
@@ -158,34 +181,74 @@ class RolloutCallback(L.Callback):
             self._workdir.cleanup()
             self._workdir = None
 
+    def _sleep(self) -> None:
+        """Free the engine's accelerator memory for the optimizer step (no-op unless sleep mode is on)."""
+        sleep = getattr(self.engine, "sleep", None)
+        if sleep is not None:
+            sleep()
+
+    def _wake(self) -> None:
+        """Bring a sleeping engine back before it generates or scores (no-op when awake)."""
+        wake_up = getattr(self.engine, "wake_up", None)
+        if wake_up is not None:
+            wake_up()
+
     def _sync(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         assert self.engine is not None
+        self._wake()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
         start = time.perf_counter()
         self.engine.sync_weights(pl_module.policy)  # type: ignore[arg-type]
         elapsed = time.perf_counter() - start
         self.last_sync_step = trainer.global_step
+        self._engine_stale = False
         metrics = {"rollout/sync_seconds": elapsed}
         if self.sync_probe_rows > 0 and self._probe is not None:
             metrics["rollout/sync_logprob_delta"] = self._check_sync(pl_module)
         if trainer.logger is not None:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
+    def _ensure_synced(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, prompt_ids: list[list[int]], evaluation: bool
+    ) -> None:
+        """Push the weights before sampling when the engine may be behind the policy.
+
+        The engine is behind when it was built before a warm start or a checkpoint restore (``_engine_stale``),
+        and, for evaluation, when optimizer steps happened since the last push (``sync_every`` > 1).
+        """
+        behind = evaluation and trainer.state.fn == "fit" and self.last_sync_step != trainer.global_step
+        if not (self._engine_stale or behind):
+            return
+        if self._probe is None and self.sync_probe_rows > 0 and prompt_ids:
+            # No rollout yet to probe with: force the prompts' own tokens as completions. Any tokens do; the
+            # check compares two models on the same forced sequence.
+            rows = [prompt_ids[r % len(prompt_ids)] for r in range(self.sync_probe_rows)]
+            self._probe = (rows, [p[-8:] for p in rows])
+        self._sync(trainer, pl_module)
+
     @torch.no_grad()
     def _check_sync(self, pl_module: L.LightningModule) -> float:
-        """Engine vs trainer log-probs on a few rows of the last rollout; raises beyond the tolerance."""
+        """Engine vs trainer log-probs on a few rows of the last rollout; raises beyond the tolerance.
+
+        Both sides are at temperature 1: the engine's ``score`` is, and the trainer's log-probs are computed
+        with ``temperature=1.0`` here, so a sampling temperature != 1 does not enter the comparison.
+        """
         assert self.engine is not None and self._probe is not None
+        self._wake()
         prompts, completions = self._probe
-        engine_lp = self.engine.score(prompts, completions)  # engines score at temperature 1
+        engine_lp = self.engine.score(prompts, completions)
+        # pad_rollouts pairs row r with prompt r // group_size: group size 1 keeps the probe's own pairing.
         generation = Generation(completion_ids=completions, sampling_logprobs=None, finished=[True] * len(completions))
         ids, attn, _, _ = pad_rollouts(prompts, generation, 1, self.pad_token_id)
         policy: Any = pl_module.policy
         completion_width = ids.shape[1] - max(len(p) for p in prompts)
         was_training = policy.training
-        policy.eval()
-        trainer_lp = completion_logprobs(
-            policy, ids.to(pl_module.device), attn.to(pl_module.device), completion_width
-        ).logp
-        policy.train(was_training)
+        policy.eval()  # no dropout: the engine runs the deterministic forward
+        try:
+            trainer_lp = completion_logprobs(
+                policy, ids.to(pl_module.device), attn.to(pl_module.device), completion_width, temperature=1.0
+            ).logp
+        finally:
+            policy.train(was_training)
         delta = 0.0
         for row, lp in enumerate(engine_lp):
             n = len(completions[row])
@@ -206,6 +269,7 @@ class RolloutCallback(L.Callback):
         """Sample ``sampling.n`` completions for each record, score them and pack a RolloutBatch."""
         assert self.engine is not None, "RolloutCallback.setup has not run"
         prompt_ids = [record.prompt_ids for record in records]
+        self._wake()
         start = time.perf_counter()
         generation = self.engine.generate(prompt_ids, sampling)
         gen_seconds = time.perf_counter() - start
@@ -237,7 +301,12 @@ class RolloutCallback(L.Callback):
             stats[f"failed_{name}"] = float(count)
         for name, values in scored.per_function.items():
             stats[f"reward_{name}"] = float(torch.nanmean(values.float())) if values.numel() else 0.0
-        self._probe = (prompt_ids[:1] * self.sync_probe_rows, generation.completion_ids[: self.sync_probe_rows])
+        probe_rows = min(self.sync_probe_rows, len(generation.completion_ids))
+        # Rows are prompt-major: row r is a completion of prompt r // n.
+        self._probe = (
+            [prompt_ids[r // sampling.n] for r in range(probe_rows)],
+            [list(c) for c in generation.completion_ids[:probe_rows]],
+        )
         return RolloutBatch(
             input_ids=ids,
             attention_mask=attn,
@@ -264,8 +333,10 @@ class RolloutCallback(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=False)
         rollout = self.make_rollout(pl_module, batch, self._train_sampling(trainer.global_step))
         pl_module.receive_rollout(rollout)  # type: ignore[operator]
+        self._sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
         every = self.log_samples_every
         if every and trainer.global_step % every == 0:
             self._log_samples(trainer, rollout)
@@ -273,30 +344,54 @@ class RolloutCallback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if trainer.global_step % self.sync_every == 0:
+        # Count optimizer steps since the last push: a training step may take several (mini-batches, mu > 1),
+        # so global_step can jump over the multiples of sync_every.
+        if trainer.global_step - self.last_sync_step >= self.sync_every:
             self._sync(trainer, pl_module)
 
     def on_validation_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
+        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=True)
         pl_module.receive_rollout(self.make_rollout(pl_module, batch, self._eval_sampling(batch_idx, 1_000_003)))  # type: ignore[operator]
 
     def on_test_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
+        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=True)
         pl_module.receive_rollout(self.make_rollout(pl_module, batch, self._eval_sampling(batch_idx, 2_000_003)))  # type: ignore[operator]
 
     # ------------------------------------------------------------------ start / end of fit
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The engine was built in setup; a warm start (another callback's on_fit_start, in any order) or a
+        # checkpoint restore (fit(ckpt_path=...), before or after this hook depending on the strategy) changes
+        # the policy afterwards. Mark it stale; the first rollout pushes the weights then.
+        self._engine_stale = True
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "fit":  # validate(ckpt_path=...) restores after setup built the engine
+            self._engine_stale = True
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._engine_stale = True  # test(ckpt_path=...) restores after setup built the engine
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._resumed or trainer.global_step > 0:
-            # A resumed run: the engine was built from the initial weights; push the restored ones now.
-            self._sync(trainer, pl_module)
-        elif self.engine_kind != "hf":
-            self._sync(trainer, pl_module)  # weights may have changed since the engine was built (warm start)
+        if self._engine_stale:
+            # Push now rather than at the first batch so that the start-of-run validation samples from the
+            # trained-from policy (warm-started or restored); probed on a validation prompt when there is one.
+            self._ensure_synced(trainer, pl_module, self._first_prompts(trainer, "val"), evaluation=False)
         if self.validate_at_start and trainer.global_step == 0:
             self.start_pass_at_k = self.evaluate(trainer, pl_module)
             if trainer.logger is not None and self.start_pass_at_k:
                 trainer.logger.log_metrics({f"val/{k}": v for k, v in self.start_pass_at_k.items()}, step=0)
+
+    @staticmethod
+    def _first_prompts(trainer: L.Trainer, split: str) -> list[list[int]]:
+        """Token ids of the first few prompts of a split (for the sync probe), or [] when there are none."""
+        datamodule: Any = getattr(trainer, "datamodule", None)
+        splits = getattr(datamodule, "splits", None) or {}
+        records = splits.get(split) or splits.get("train") or []
+        return [record.prompt_ids for record in records[:2]]
 
     @torch.no_grad()
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str = "val") -> dict[str, float]:
@@ -354,7 +449,7 @@ class RolloutCallback(L.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
-        self._resumed = True
+        self._engine_stale = True  # the policy is being restored; the engine still holds the weights it was built from
 
 
 __all__ = ["RolloutCallback", "WeightSyncCheckError", "reward_name"]

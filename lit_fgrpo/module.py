@@ -317,6 +317,10 @@ class FGRPOModule(L.LightningModule):
             piece["tokens"] = mask[chunk].sum()
             assert out.entropy is not None
             piece["entropy_sum"] = (out.entropy * mask[chunk]).sum()
+            if train_old is None and rollout.sampling_logp is not None:
+                # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
+                gap = (out.logp.detach() - rollout.sampling_logp[chunk]).abs()  # (b, T)
+                piece["mismatch_sum"] = (gap * mask[chunk]).sum()
             stats.append(piece)
             tokens += float(piece["tokens"])
         return stats, tokens
@@ -369,6 +373,8 @@ class FGRPOModule(L.LightningModule):
             values["rollout/logprob_mismatch"] = float(
                 logprob_mismatch(train_old, rollout.sampling_logp, rollout.completion_mask)
             )
+        elif tokens and all("mismatch_sum" in s for s in stats):
+            values["rollout/logprob_mismatch"] = sum(float(s["mismatch_sum"]) for s in stats) / tokens
         for key, value in rollout.stats.items():
             values[f"rollout/{key}"] = float(value)
         batch_size = rollout.num_prompts
@@ -405,9 +411,18 @@ class FGRPOModule(L.LightningModule):
 
     # ------------------------------------------------------------------ checkpoints and export
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # numpy's state holds an ndarray, which torch.load(weights_only=True) (Lightning's default on resume)
+        # refuses to unpickle; store its key array as a tensor so that fit(ckpt_path=...) loads.
+        name, keys, pos, has_gauss, cached = np.random.get_state()
         checkpoint["rng_states"] = {
             "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
+            "numpy": (
+                str(name),
+                torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+                int(pos),
+                int(has_gauss),
+                float(cached),
+            ),
             "python": random.getstate(),
         }
 
@@ -418,7 +433,9 @@ class FGRPOModule(L.LightningModule):
         states = getattr(self, "_pending_rng", None)
         if states:
             torch.set_rng_state(states["torch"])
-            np.random.set_state(states["numpy"])
+            name, keys, pos, has_gauss, cached = states["numpy"]
+            keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
+            np.random.set_state((name, keys.astype(np.uint32), pos, has_gauss, cached))
             random.setstate(states["python"])
             self._pending_rng = None
 

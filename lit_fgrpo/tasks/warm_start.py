@@ -7,15 +7,14 @@ rewards. Budget the warm start by steps, not seconds: under CPU contention a tim
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lit_fgrpo.metrics import pass_at_k
+from lit_fgrpo.sft import supervised_warm_start
 from lit_fgrpo.tasks.maze import Maze, check_maze_completion, maze_prompt_tokens, maze_target_tokens
 
 log = logging.getLogger(__name__)
@@ -24,21 +23,6 @@ log = logging.getLogger(__name__)
 def _ids(tokenizer: PreTrainedTokenizerBase, tokens: list[str]) -> list[int]:
     """Ids of a list of vocabulary words."""
     return cast(list[int], tokenizer.convert_tokens_to_ids(tokens))
-
-
-def _encode_batch(tokenizer: PreTrainedTokenizerBase, mazes: Sequence[Maze]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded prompt+target ids and a mask that is 1 on target tokens."""
-    seqs, masks = [], []
-    for maze in mazes:
-        prompt = _ids(tokenizer, maze_prompt_tokens(maze))
-        target = _ids(tokenizer, maze_target_tokens(maze))
-        seqs.append(prompt + target)
-        masks.append([0] * len(prompt) + [1] * len(target))
-    width = max(len(s) for s in seqs)
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([s + [pad] * (width - len(s)) for s in seqs])  # (N, T)
-    mask = torch.tensor([m + [0] * (width - len(m)) for m in masks])  # (N, T)
-    return ids, mask
 
 
 def warm_start(
@@ -54,7 +38,10 @@ def warm_start(
     schedule: Literal["constant", "cosine"] = "constant",
     weight_decay: float = 0.01,
 ) -> list[float]:
-    """Teacher-forced training on the target paths (loss on target tokens only), in place.
+    """Teacher-forced training on the maze target paths (loss on target tokens only), in place.
+
+    A maze-flavoured front end of :func:`lit_fgrpo.sft.supervised_warm_start` (the loop the
+    ``WarmStartCallback`` uses too): prompt and target tokens are turned into ids, then trained on.
 
     Args:
         model: Causal LM to train.
@@ -72,41 +59,20 @@ def warm_start(
     Returns:
         The training loss of every step.
     """
-    device = next(model.parameters()).device
-    ids, mask = _encode_batch(tokenizer, mazes)  # (N, T), (N, T)
-    gen = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / max(steps, 1))) if schedule == "cosine" else 1.0
+    examples = [(_ids(tokenizer, maze_prompt_tokens(m)), _ids(tokenizer, maze_target_tokens(m))) for m in mazes]
+    return supervised_warm_start(
+        model,
+        examples,
+        steps,
+        int(tokenizer.pad_token_id or 0),
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        schedule=schedule,
+        seed=seed,
+        log_every=log_every,
+        on_log=callback,
     )
-    was_training = model.training
-    model.train()
-    losses: list[float] = []
-    order = torch.randperm(len(mazes), generator=gen)  # (N,)
-    cursor = 0
-    for step in range(1, steps + 1):
-        if cursor + batch_size > len(order):
-            order, cursor = torch.randperm(len(mazes), generator=gen), 0
-        rows = order[cursor : cursor + batch_size]  # (B,)
-        cursor += batch_size
-        width = int(mask[rows].nonzero()[:, 1].max()) + 1
-        batch, weights = ids[rows, :width].to(device), mask[rows, :width].to(device)  # (B, T), (B, T)
-        logits = model(input_ids=batch, attention_mask=torch.ones_like(batch)).logits  # (B, T, V)
-        token_loss = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), batch[:, 1:], reduction="none")  # (B, T-1)
-        target_w = weights[:, 1:].float()  # (B, T-1)
-        loss = (token_loss * target_w).sum() / target_w.sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        sched.step()
-        losses.append(loss.item())
-        if step % log_every == 0 or step == steps:
-            log.info("warm start step %d/%d loss %.4f", step, steps, losses[-1])
-            if callback is not None:
-                callback(step, losses[-1])
-    model.train(was_training)
-    return losses
 
 
 @torch.no_grad()

@@ -58,6 +58,8 @@ def test_tiny_maze_run_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.Monkey
         "rollout/frac_active_groups",
         "rollout/completion_length",
         "rollout/tokens_per_s",
+        "rollout/logprob_mismatch",
+        "rollout/sync_logprob_delta",
         "focal/weight_mean",
         "focal/weight_min",
         "val/pass_at_1",
