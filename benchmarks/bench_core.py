@@ -9,6 +9,7 @@ on a subset in the same run, and the ratio. Target from issue #2: pass@k at full
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import torch
@@ -46,6 +47,11 @@ def loop_advantages(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
 
 
 def main() -> None:
+    # One intra-op thread by default: on a shared 2-core machine two threads were up to 20x slower
+    # (barrier waits under contention). Pass a number to compare: python benchmarks/bench_core.py 2
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    torch.set_num_threads(threads)
+    print(f"torch threads: {threads}")
     torch.manual_seed(0)
     ks = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     problems, n = 100_000, 1024

@@ -92,7 +92,7 @@ def supervised_warm_start(
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         scheduler.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % log_every == 0 or step == steps:
             log.info("warm start step %d/%d loss %.4f", step, steps, losses[-1])
             if on_log is not None:
