@@ -7,8 +7,8 @@ from typing import Any
 
 import lightning as L
 import torch
-from lit_fgrpo.callbacks import RolloutCallback
 
+from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.objectives import group_advantages, policy_loss
 from lit_fgrpo.rollout.base import SamplingConfig

@@ -7,8 +7,8 @@ from pathlib import Path
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lit_fgrpo.callbacks import RolloutCallback
 
+from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.rollout.base import SamplingConfig
 from tests.training.tiny_setup import tiny_module
