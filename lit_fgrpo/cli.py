@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 from jsonargparse import set_parsing_settings
@@ -34,6 +35,8 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
     """Build (and by default run) the Lightning CLI; ``args`` replaces ``sys.argv[1:]``."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     trainer_defaults = {"logger": default_logger_config(), "num_sanity_val_steps": 0}
     trainer_defaults |= kwargs.pop("trainer_defaults", {})
