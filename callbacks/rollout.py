@@ -27,11 +27,11 @@ import lightning as L
 import torch
 
 from lit_fgrpo.data.records import PromptRecord, columns_per_completion
-from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.rewards import resolve_reward, reward_name, score_completions
-from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
+from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,6 @@ log = logging.getLogger(__name__)
 def _as_any(module: L.LightningModule) -> Any:
     """The module with its FGRPOModule attributes (tokenizer, policy, ...) visible to the type checker."""
     return module
-
-
-class WeightSyncCheckError(RuntimeError):
-    """The engine's log-probs disagree with the trainer's after a weight push."""
 
 
 class RolloutCallback(L.Callback):
@@ -236,31 +232,10 @@ class RolloutCallback(L.Callback):
         self._wake()
         prompts, completions = self._probe
         engine_lp = self.engine.score(prompts, completions)
-        # pad_rollouts pairs row r with prompt r // group_size: group size 1 keeps the probe's own pairing.
-        generation = Generation(completion_ids=completions, sampling_logprobs=None, finished=[True] * len(completions))
-        ids, attn, _, _ = pad_rollouts(prompts, generation, 1, self.pad_token_id)
         policy: Any = pl_module.policy
-        completion_width = ids.shape[1] - max(len(p) for p in prompts)
-        was_training = policy.training
-        policy.eval()  # no dropout: the engine runs the deterministic forward
-        try:
-            trainer_lp = completion_logprobs(
-                policy, ids.to(pl_module.device), attn.to(pl_module.device), completion_width, temperature=1.0
-            ).logp
-        finally:
-            policy.train(was_training)
-        delta = 0.0
-        for row, lp in enumerate(engine_lp):
-            n = len(completions[row])
-            if n:
-                delta = max(delta, float((lp.float().cpu() - trainer_lp[row, :n].float().cpu()).abs().max()))
-        if delta > self.sync_tolerance:
-            raise WeightSyncCheckError(
-                f"after the weight sync at step {pl_module.global_step} the engine's log-probs differ from the "
-                f"trainer's by {delta:.3g} > RolloutCallback.sync_tolerance={self.sync_tolerance}: the engine is "
-                "generating with stale or partially loaded weights"
-            )
-        return delta
+        trainer_lp = policy_logprobs(policy, prompts, completions, self.pad_token_id, temperature=1.0)
+        where = f"RolloutCallback weight sync at step {pl_module.global_step} (sync_tolerance)"
+        return check_logprob_gap(engine_lp, trainer_lp, self.sync_tolerance, where)
 
     # ------------------------------------------------------------------ rollouts
     def make_rollout(
@@ -321,8 +296,7 @@ class RolloutCallback(L.Callback):
         )
 
     def _train_sampling(self, step: int) -> SamplingConfig:
-        seed = None if self.sampling.seed is None and self.seed is None else (self.seed + step)
-        return replace(self.sampling, seed=seed)
+        return replace(self.sampling, seed=self.seed + step)
 
     def _eval_sampling(self, batch_idx: int, offset: int) -> SamplingConfig:
         temperature = self.val_temperature or self.sampling.temperature
@@ -452,4 +426,4 @@ class RolloutCallback(L.Callback):
         self._engine_stale = True  # the policy is being restored; the engine still holds the weights it was built from
 
 
-__all__ = ["RolloutCallback", "WeightSyncCheckError", "reward_name"]
+__all__ = ["RolloutCallback", "WeightSyncError", "reward_name"]

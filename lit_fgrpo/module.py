@@ -13,7 +13,6 @@ import copy
 import math
 import random
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -180,11 +179,8 @@ class FGRPOModule(L.LightningModule):
     def reference(self) -> torch.nn.Module | None:
         return self._reference[0] if self._reference else None
 
-    def setup(self, stage: str) -> None:
-        if self.reference is not None:
-            self.reference.to(self.device)
-
     def on_fit_start(self) -> None:
+        # The reference sits outside the module tree, so the strategy does not move it; follow the policy.
         if self.reference is not None:
             self.reference.to(self.device)
 
@@ -264,8 +260,9 @@ class FGRPOModule(L.LightningModule):
                 optimizer.step()  # type: ignore[union-attr]
                 scheduler.step()  # type: ignore[union-attr]
         elapsed = time.perf_counter() - start
-        loss = self._log_training(rollout, advantages, step_stats, trained_tokens / max(elapsed, 1e-9), train_old)
-        return loss
+        num_steps = self.hp.num_iterations * num_minibatches
+        tokens_per_s = trained_tokens / max(elapsed, 1e-9)
+        return self._log_training(rollout, advantages, step_stats, tokens_per_s, train_old, num_steps)
 
     def _accumulate(
         self,
@@ -332,6 +329,7 @@ class FGRPOModule(L.LightningModule):
         stats: list[dict[str, Tensor]],
         train_tokens_per_s: float,
         train_old: Tensor | None,
+        num_steps: int,
     ) -> Tensor:
         rewards, correct = rollout.rewards, rollout.correct
         valid = ~torch.isnan(rewards)
@@ -340,11 +338,6 @@ class FGRPOModule(L.LightningModule):
         weights = focal_weight(mu_hat, self.gamma)  # (P,)
         tokens = sum(float(s["tokens"]) for s in stats)
         loss = torch.stack([s["loss"] for s in stats]).sum() if stats else torch.zeros((), device=self.device)
-        num_steps = max(
-            1,
-            self.hp.num_iterations
-            * math.ceil(rollout.num_prompts / (self.hp.mini_batch_prompts or rollout.num_prompts)),
-        )
 
         def token_mean(key: str) -> float:
             if not stats or tokens == 0:
@@ -388,26 +381,28 @@ class FGRPOModule(L.LightningModule):
         self.val_pass_at_k.update(rollout.correct)
         self.log("val/reward_mean", float(torch.nanmean(rollout.rewards)), batch_size=rollout.num_prompts)
 
-    def on_validation_epoch_end(self) -> None:
+    def _log_pass_at_k(self, split: str) -> dict[str, float]:
+        """Log ``{split}/pass_at_k`` accumulated over the epoch and reset; {} when no problem was seen."""
         if float(self.val_pass_at_k.num_problems) == 0:
-            return
-        result = self.val_pass_at_k.compute()
-        values = result if isinstance(result, dict) else {f"pass_at_{self.val_pass_at_k.ks[0]}": result}
-        self.last_val_pass_at_k = {name: float(v) for name, v in values.items()}
+            return {}
+        values = self.val_pass_at_k.compute()
+        assert isinstance(values, dict)  # built with a list of k
         for name, value in values.items():
-            self.log(f"val/{name}", value.float(), prog_bar=name == "pass_at_1", sync_dist=False)
+            self.log(f"{split}/{name}", value.float(), prog_bar=split == "val" and name == "pass_at_1")
         self.val_pass_at_k.reset()
+        return {name: float(value) for name, value in values.items()}
+
+    def on_validation_epoch_end(self) -> None:
+        values = self._log_pass_at_k("val")
+        if values:
+            self.last_val_pass_at_k = values
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
         rollout = self._take_rollout()
         self.val_pass_at_k.update(rollout.correct)
 
     def on_test_epoch_end(self) -> None:
-        result = self.val_pass_at_k.compute()
-        values = result if isinstance(result, dict) else {f"pass_at_{self.val_pass_at_k.ks[0]}": result}
-        for name, value in values.items():
-            self.log(f"test/{name}", value.float())
-        self.val_pass_at_k.reset()
+        self._log_pass_at_k("test")
 
     # ------------------------------------------------------------------ checkpoints and export
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -448,10 +443,8 @@ class FGRPOModule(L.LightningModule):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         policy = self.policy
-        ctx = nullcontext()
         if self.is_lora:
             policy = copy.deepcopy(self.policy).merge_and_unload()  # type: ignore[operator]
-        with ctx:
-            policy.save_pretrained(directory)  # type: ignore[operator]
+        policy.save_pretrained(directory)  # type: ignore[operator]
         self.tokenizer.save_pretrained(directory)
         return directory

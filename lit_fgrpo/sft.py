@@ -11,28 +11,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_fgrpo.rollout.base import Generation
+from lit_fgrpo.rollout.batch import pad_rollouts
+
 log = logging.getLogger(__name__)
 
 
 def pack_examples(
     examples: Sequence[tuple[list[int], list[int]]], pad_token_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Left-pad prompts and right-pad targets into one tensor.
+    """Left-pad prompts and right-pad targets into one tensor (the rollout layout of :func:`pad_rollouts`).
 
     Returns:
         ``input_ids`` (N, L), ``attention_mask`` (N, L) and ``target_mask`` (N, L) that is 1 on target tokens.
     """
-    prompt_width = max(len(p) for p, _ in examples)
-    target_width = max(len(t) for _, t in examples)
-    ids = torch.full((len(examples), prompt_width + target_width), pad_token_id, dtype=torch.long)  # (N, L)
-    attn = torch.zeros_like(ids)  # (N, L)
-    target = torch.zeros_like(ids)  # (N, L)
-    for row, (prompt, answer) in enumerate(examples):
-        ids[row, prompt_width - len(prompt) : prompt_width] = torch.tensor(prompt, dtype=torch.long)
-        ids[row, prompt_width : prompt_width + len(answer)] = torch.tensor(answer, dtype=torch.long)
-        attn[row, prompt_width - len(prompt) : prompt_width + len(answer)] = 1
-        target[row, prompt_width : prompt_width + len(answer)] = 1
-    return ids, attn, target
+    targets = Generation(completion_ids=[t for _, t in examples], finished=[True] * len(examples))
+    ids, attn, completion_mask, _ = pad_rollouts([p for p, _ in examples], targets, 1, pad_token_id)
+    prompt_part = torch.zeros(len(examples), ids.shape[1] - completion_mask.shape[1], dtype=torch.long)  # (N, Tp)
+    return ids, attn, torch.cat([prompt_part, completion_mask.long()], dim=1)
 
 
 def supervised_warm_start(

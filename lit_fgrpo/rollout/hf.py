@@ -12,25 +12,13 @@ policy), ``τ`` the sampling temperature and ``y`` the sampled token.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
 from lit_fgrpo.rollout.base import Generation, SamplingConfig
-
-
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put ``model`` in eval mode and restore its previous training flag afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
+from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
 
 def _cut_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[int, bool]:
@@ -119,7 +107,7 @@ class HFEngine:
         logprobs: list[list[float]] = []
         finished: list[bool] = []
         devices = [self.device] if self.device.type == "cuda" else []
-        with _eval_mode(self.model), torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
+        with eval_mode(self.model), torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             for start in range(0, len(rows), self.chunk_size):
@@ -139,7 +127,6 @@ class HFEngine:
                     finished.append(done)
         return Generation(completion_ids=completions, sampling_logprobs=logprobs, finished=finished)
 
-    @torch.no_grad()
     def score(
         self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
     ) -> list[torch.Tensor]:
@@ -148,20 +135,6 @@ class HFEngine:
         Returns:
             One float32 CPU tensor of shape (T_i,) per row.
         """
-        if len(prompt_ids) != len(completion_ids):
-            raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
-        result: list[torch.Tensor] = []
-        with _eval_mode(self.model):
-            for start in range(0, len(prompt_ids), self.chunk_size):
-                prompts = prompt_ids[start : start + self.chunk_size]
-                comps = completion_ids[start : start + self.chunk_size]
-                seqs = [p + c for p, c in zip(prompts, comps)]
-                input_ids, attn = self._left_pad(seqs)  # (R, L)
-                pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (R, L)
-                logits = self.model(input_ids=input_ids, attention_mask=attn, position_ids=pos).logits  # (R, L, V)
-                logp = torch.log_softmax(logits.float()[:, :-1] / temperature, dim=-1)  # (R, L-1, V)
-                tok_logp = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1).cpu()  # (R, L-1)
-                for r, c in enumerate(comps):
-                    n_c = len(c)
-                    result.append(tok_logp[r, tok_logp.shape[1] - n_c :].clone() if n_c else torch.zeros(0))
-        return result
+        return policy_logprobs(
+            self.model, prompt_ids, completion_ids, self.pad_token_id, temperature, chunk_rows=self.chunk_size
+        )

@@ -25,13 +25,10 @@ import torch
 from torch import nn
 
 from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, policy_state_dict, state_dict_to_blob
 
 _GIB = 1 << 30
-
-
-class WeightSyncError(RuntimeError):
-    """The engine's log-probs disagree with the trainer's beyond tolerance after a weight sync."""
 
 
 def _config_max_len(model_path: str | os.PathLike[str]) -> int:
@@ -246,8 +243,6 @@ class VLLMEngine:
         Raises:
             WeightSyncError: when ``δ > tolerance`` (stale or partially loaded weights).
         """
-        from lit_fgrpo.rollout.hf import HFEngine
-
         if probe_prompt_ids is None or probe_completion_ids is None:
             policy: Any = model
             base: Any = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
@@ -257,14 +252,8 @@ class VLLMEngine:
         if tolerance is None:
             tolerance = 1e-3 if self.dtype == "float32" else 0.25
         engine_lp = self.score(probe_prompt_ids, probe_completion_ids)
-        trainer_lp = HFEngine(model, pad_token_id=0, eos_token_id=0).score(probe_prompt_ids, probe_completion_ids)
-        delta = max(float((e - t).abs().max()) for e, t in zip(engine_lp, trainer_lp) if e.numel())
-        if delta > tolerance:
-            raise WeightSyncError(
-                f"vLLM log-probs differ from the trainer's by {delta:.4g} > tolerance {tolerance:.4g}: "
-                "the engine's weights are stale or partially loaded (e.g. a tied lm_head not pushed)"
-            )
-        return delta
+        trainer_lp = policy_logprobs(model, probe_prompt_ids, probe_completion_ids)
+        return check_logprob_gap(engine_lp, trainer_lp, tolerance, "VLLMEngine.verify_sync")
 
     # ------------------------------------------------------------------ memory
     def sleep(self, level: int = 1) -> None:
@@ -292,3 +281,6 @@ class VLLMEngine:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
             cleanup_dist_env_and_memory()  # lets another in-process engine start in this process
+
+
+__all__ = ["VLLMEngine", "WeightSyncError"]
