@@ -86,6 +86,12 @@ def test_constant_groups_are_exactly_zero() -> None:
     for scale in ("group", "batch", "none"):
         adv = group_advantages(rewards, gamma=0.5, scale=scale)  # type: ignore[arg-type]
         assert torch.equal(adv, torch.zeros_like(adv))
+    # float64 rewards whose group mean is not representable: r - mean is a few ulps, not 0
+    inexact = torch.full((2, 7), 0.1, dtype=torch.float64)
+    assert (inexact[0] - inexact[0].mean()).abs().max() > 0  # the premise of this check
+    for scale in ("group", "batch", "none"):
+        adv = group_advantages(inexact, gamma=0.0, scale=scale)  # type: ignore[arg-type]
+        assert torch.equal(adv, torch.zeros_like(adv))
 
 
 def test_nan_rewards_get_zero_and_are_excluded() -> None:

@@ -31,6 +31,12 @@ def test_matches_math_comb_large_n() -> None:
         torch.testing.assert_close(pass_at_k(n, c, k), want, rtol=1e-9, atol=1e-12)
 
 
+def test_no_correct_sample_gives_exactly_zero() -> None:
+    for n in (1, 7, 64, 1024):
+        for k in sorted({1, min(2, n), n // 2 or 1, n}):
+            assert pass_at_k(n, 0, k).item() == 0.0
+
+
 def test_pass_at_1_is_the_success_rate_and_monotone_in_k() -> None:
     c = torch.arange(0, 65)
     torch.testing.assert_close(pass_at_k(64, c, 1), c.double() / 64)
