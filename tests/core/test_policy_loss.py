@@ -125,6 +125,20 @@ def test_gspo_on_policy_equals_grpo_and_clips_whole_sequences() -> None:
     assert stats["clip_frac_high"].item() == 1.0
 
 
+def test_gspo_micro_batches_add_up_with_row_shares() -> None:
+    """The module's accumulation rule for gspo is grpo's: rows split, each piece scaled by rows / mini-batch rows."""
+    logp, old, ref, adv, mask = make_inputs(seed=7, B=8)
+    full, _ = policy_loss(logp, old, adv, mask, "gspo", 0.2, 0.28, ref, 0.04)
+    pieces = [
+        policy_loss(logp[r], old[r], adv[r], mask[r], "gspo", 0.2, 0.28, ref[r], 0.04)[0] * len(r) / 8
+        for r in torch.arange(8).split(3)
+    ]
+    torch.testing.assert_close(sum(pieces), full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        torch.autograd.grad(sum(pieces), logp)[0], torch.autograd.grad(full, logp)[0], rtol=1e-12, atol=1e-12
+    )
+
+
 def test_clipped_tokens_have_zero_gradient_and_unclipped_do_not() -> None:
     logp = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)
     # ratios 1.5, 0.5, 1.1, 0.9 with A > 0: 1.5 is clipped above (no grad), the others keep their gradient
