@@ -39,6 +39,7 @@ from lit_fgrpo.objectives.advantages import focal_weight, group_success_rate
 GroupWeightKind = Literal["focal", "maxrl", "band"]
 GROUP_WEIGHT_KINDS: tuple[str, ...] = ("focal", "maxrl", "band")
 GroupWeightFn = Callable[[Tensor, Tensor], Tensor]
+_ARG = "group_weight"  # the setting's name in error messages (--model.group_weight)
 
 
 def _load_dotted(path: str, arg: str) -> GroupWeightFn:
@@ -71,11 +72,9 @@ class GroupWeight:
     """``band``: keep groups whose success rate is strictly above ``low``."""
     high: float = 1.0
     """``band``: keep groups whose success rate is strictly below ``high``."""
-    arg: str = "group_weight"
-    """Name of the setting in error messages (e.g. ``--model.group_weight``)."""
 
     def __post_init__(self) -> None:
-        a = self.arg
+        a = _ARG
         if not isinstance(self.kind, str) or not self.kind:
             raise ValueError(f"{a}: kind must be one of {GROUP_WEIGHT_KINDS} or a dotted path, got {self.kind!r}")
         if not math.isfinite(self.gamma) or self.gamma < 0:
@@ -96,14 +95,12 @@ class GroupWeight:
             return torch.where(mu > 0, 1.0 / mu.clamp(min=torch.finfo(mu.dtype).tiny), torch.zeros_like(mu))
         if self.kind == "band":
             return ((mu > self.low) & (mu < self.high)).to(mu.dtype)  # (P,)
-        weights = torch.as_tensor(_load_dotted(self.kind, self.arg)(mu, torch.as_tensor(group_size)))
+        weights = torch.as_tensor(_load_dotted(self.kind, _ARG)(mu, torch.as_tensor(group_size)))
         if weights.shape != mu.shape:
-            raise ValueError(
-                f"{self.arg}: {self.kind} returned shape {tuple(weights.shape)}, expected {tuple(mu.shape)}"
-            )
+            raise ValueError(f"{_ARG}: {self.kind} returned shape {tuple(weights.shape)}, expected {tuple(mu.shape)}")
         weights = weights.to(torch.float64)
         if not torch.isfinite(weights).all() or (weights < 0).any():
-            raise ValueError(f"{self.arg}: {self.kind} must return finite weights >= 0, got {weights.tolist()}")
+            raise ValueError(f"{_ARG}: {self.kind} must return finite weights >= 0, got {weights.tolist()}")
         return weights
 
     @property
