@@ -8,14 +8,21 @@ For prompt p with G completions, rewards r_{p,1..G} and verifier verdicts c_{p,1
 
 where std is the Bessel-corrected std of the group (``scale="group"``), of the whole batch (``"batch"``)
 or no division at all (``scale="none"``, Dr.GRPO). gamma = 0 gives plain GRPO.
+
+``gamma`` is the simple way to get F-GRPO; ``group_weight`` (:class:`~lit_fgrpo.objectives.group_weights.GroupWeight`)
+swaps g_p for another per-group weight w(mu_hat_p, G_p): MaxRL's 1/mu_hat, a success-rate band, or a custom
+function. Like the focal weight, these assume binary correctness verdicts.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from lit_fgrpo.objectives.group_weights import GroupWeight
 
 AdvantageScale = Literal["group", "batch", "none"]
 _SCALES = ("group", "batch", "none")
@@ -72,8 +79,9 @@ def group_advantages(
     scale: AdvantageScale = "group",
     success: Tensor | None = None,
     eps: float = 1e-6,
+    group_weight: GroupWeight | None = None,
 ) -> Tensor:
-    """Group-relative advantages multiplied by the focal weight of their group.
+    """Group-relative advantages multiplied by the focal weight (or another group weight) of their group.
 
     Args:
         rewards: (P, G) rewards, one row per prompt. NaN marks an unscorable completion: it is left out of
@@ -84,12 +92,16 @@ def group_advantages(
         success: optional (P, G) bool verdicts that define mu_hat = X / G. When None a completion counts as
             correct when its reward is > 0. G counts scorable (non-NaN) completions only.
         eps: added to the std before dividing (verl uses 1e-6, TRL 1e-4).
+        group_weight: another per-group weight w(mu_hat, G) in place of the focal weight (``gamma`` must then
+            be 0); e.g. ``GroupWeight("maxrl")`` with ``scale="none"`` is MaxRL's ``(r - mean) / mean``.
 
     Returns:
         (P, G) advantages, detached, in the rewards' floating dtype (float32 for integer rewards). A group whose
         scorable rewards are all equal gets exactly 0.
     """
     _check_inputs(rewards, gamma, scale, success, eps)
+    if group_weight is not None and gamma != 0:
+        raise ValueError(f"group_advantages: pass gamma ({gamma}) or group_weight ({group_weight.kind!r}), not both")
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     r = rewards.detach().to(torch.float64)  # (P, G)
     valid = ~torch.isnan(r)  # (P, G)
@@ -116,5 +128,9 @@ def group_advantages(
     if gamma != 0:
         verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
         weight = focal_weight(group_success_rate(verdict, valid), gamma)  # (P,)
+        centred = centred * weight.unsqueeze(1)
+    elif group_weight is not None and not group_weight.is_identity:
+        verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
+        weight = group_weight(group_success_rate(verdict, valid), num_valid.squeeze(1))  # (P,)
         centred = centred * weight.unsqueeze(1)
     return centred.to(out_dtype)

@@ -1,13 +1,17 @@
-"""Clipped policy-gradient losses (GRPO, BNPO, Dr.GRPO, DAPO, CISPO) with TRL 1.16's exact aggregation.
+"""Clipped policy-gradient losses (GRPO, BNPO, Dr.GRPO, DAPO, CISPO, GSPO) with TRL 1.16's exact aggregation.
 
 Per token, with ratio w = exp(logp - old_logp) and A the (focal) advantage of the row:
 
 * grpo / bnpo / dr_grpo / dapo:  ``l = -min(w * A, clamp(w, 1 - eps, 1 + eps_high) * A)``
 * cispo:                          ``l = -sg(clamp(w, 1 - eps, 1 + eps_high)) * A * logp``
+* gspo:   the grpo formula with one sequence-level ratio per row (GSPO, arXiv 2507.18071),
+  ``w_b = exp( sum_t (logp - old_logp) m / max(sum_t m, 1) )``, clipped per sequence; TRL 1.16's
+  ``importance_sampling_level="sequence"`` with ``loss_type="grpo"`` (the paper's setup). The GSPO paper clips
+  far tighter than GRPO: epsilon = 3e-4, epsilon_high = 4e-4.
 
 plus ``beta * kl_k3`` when beta > 0. Aggregation over the (B, T) mask m:
 
-* grpo:     mean_b[ sum_t l m / max(sum_t m, 1) ]           (sequence mean of token means)
+* grpo, gspo: mean_b[ sum_t l m / max(sum_t m, 1) ]         (sequence mean of token means)
 * bnpo:     sum_{b,t} l m / max(sum_{b,t} m, 1)              (token mean of this batch)
 * dr_grpo:  sum_{b,t} l m / (B * max_completion_length)
 * dapo, cispo: sum_{b,t} l m / max(num_items, 1)             (num_items = active tokens of the whole
@@ -28,8 +32,8 @@ from torch import Tensor
 
 from lit_fgrpo.objectives.kl import kl_k3
 
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo"]
-LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
+LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"]
+LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo")
 
 
 def _check(
@@ -76,8 +80,8 @@ def aggregate_tokens(
     num_items: float | Tensor | None = None,
 ) -> Tensor:
     """Reduce a (B, T) per-token loss to a scalar exactly as TRL 1.16 does for ``loss_type``."""
-    masked = per_token * mask  # (B, T)
-    if loss_type == "grpo":
+    masked = per_token * mask  # (B, T); a gspo per-sequence (B, 1) loss broadcasts
+    if loss_type in ("grpo", "gspo"):
         return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
     if loss_type == "bnpo":
         return masked.sum() / mask.sum().clamp(min=1.0)
@@ -110,7 +114,7 @@ def policy_loss(
             (ratio exactly 1, as TRL when it does not store them).
         advantages: (B,) advantage of each row (already focal-weighted).
         mask: (B, T) 1 for completion tokens that count, 0 for padding.
-        loss_type: one of grpo, bnpo, dr_grpo, dapo, cispo.
+        loss_type: one of grpo, bnpo, dr_grpo, dapo, cispo, gspo.
         epsilon: lower clip; the ratio is clipped to ``[1 - epsilon, 1 + epsilon_high]``.
         epsilon_high: upper clip; defaults to ``epsilon`` (DAPO's clip-higher uses 0.28).
         ref_logp: (B, T) reference log-probs; needed when beta > 0, and used for the logged KL otherwise.
@@ -122,20 +126,25 @@ def policy_loss(
 
     Returns:
         ``(loss, stats)``: the scalar loss and detached statistics ``clip_frac_low``, ``clip_frac_high``,
-        ``clip_frac`` (either), ``ratio_mean``, ``kl`` (token means over the mask).
+        ``clip_frac`` (either), ``ratio_mean``, ``kl`` (token means over the mask; for gspo each sequence's
+        ratio and clip verdict counts once per token, where TRL logs a plain mean over sequences).
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     _check(logp, old_logp, advantages, mask, loss_type, epsilon, eps_high, ref_logp, beta, max_completion_length)
     mask = mask.to(logp.dtype)
     if old_logp is None:
         old_logp = logp.detach()
-    ratio = torch.exp(logp - old_logp)  # (B, T)
+    if loss_type == "gspo":  # one length-normalised ratio per sequence
+        seq_log_ratio = ((logp - old_logp) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+        ratio = torch.exp(seq_log_ratio).unsqueeze(1)  # (B, 1)
+    else:
+        ratio = torch.exp(logp - old_logp)  # (B, T)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
-    clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # (B, T)
+    clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # (B, T) or (B, 1)
     if loss_type == "cispo":
         per_token = -clipped_ratio.detach() * adv * logp  # (B, T)
     else:
-        per_token = -torch.min(ratio * adv, clipped_ratio * adv)  # (B, T)
+        per_token = -torch.min(ratio * adv, clipped_ratio * adv)  # (B, T) or (B, 1)
     if importance_weights is not None:
         per_token = per_token * importance_weights.detach()
     kl = kl_k3(logp, ref_logp) if ref_logp is not None else None  # (B, T)

@@ -75,6 +75,70 @@ def test_value_and_gradient_match_naive(loss_type: str, beta: float, eps_high: f
     assert set(stats) >= {"clip_frac_low", "clip_frac_high", "clip_frac", "ratio_mean", "kl"}
 
 
+def naive_gspo(logp, old, ref, adv, mask, eps, eps_high, beta):
+    """GSPO (arXiv 2507.18071, eq. 5-7) per sequence: s_b = exp(mean_t log-ratio), clipped per sequence."""
+    B, T = logp.shape
+    rows = []
+    for b in range(B):
+        toks = [t for t in range(T) if mask[b, t] != 0]
+        n = max(len(toks), 1)
+        s = torch.exp(sum((logp[b, t] - old[b, t] for t in toks), torch.zeros((), dtype=logp.dtype)) / n)
+        seq_term = -torch.min(s * adv[b], torch.clamp(s, 1 - eps, 1 + eps_high) * adv[b])
+        row = torch.zeros((), dtype=logp.dtype)
+        for t in toks:
+            d = ref[b, t] - logp[b, t]
+            row = row + seq_term + (beta * (torch.exp(d) - d - 1) if beta > 0 else 0.0)
+        rows.append(row / n)
+    return sum(rows) / B
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize(("eps", "eps_high"), [(0.2, 0.28), (3e-4, 4e-4), (0.05, None)])
+def test_gspo_value_and_gradient_match_naive(beta: float, eps: float, eps_high: float | None) -> None:
+    logp, old, ref, adv, mask = make_inputs(seed=2, B=8)
+    loss, _ = policy_loss(logp, old, adv, mask, "gspo", eps, eps_high, ref, beta)
+    want = naive_gspo(logp, old, ref, adv, mask, eps, eps if eps_high is None else eps_high, beta)
+    (grad,) = torch.autograd.grad(loss, logp)
+    (want_grad,) = torch.autograd.grad(want, logp)
+    torch.testing.assert_close(loss, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, want_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_gspo_on_policy_equals_grpo_and_clips_whole_sequences() -> None:
+    logp, old, _, adv, mask = make_inputs(seed=4)
+    # on-policy (ratio 1) the sequence ratio's gradient is the token mean of grad logp: GSPO == GRPO
+    gspo, _ = policy_loss(logp, None, adv, mask, "gspo")
+    grpo, _ = policy_loss(logp, None, adv, mask, "grpo")
+    torch.testing.assert_close(gspo, grpo)
+    torch.testing.assert_close(torch.autograd.grad(gspo, logp)[0], torch.autograd.grad(grpo, logp)[0])
+    # token ratios 1.5 and 1/1.5 average to a sequence ratio of 1: no token is clipped, unlike token-level GRPO
+    x = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
+    old = torch.log(torch.tensor([[1 / 1.5, 1.5]], dtype=torch.float64))
+    one = torch.tensor([1.0], dtype=torch.float64)
+    loss, stats = policy_loss(x, old, one, torch.ones(1, 2), "gspo")
+    assert (torch.autograd.grad(loss, x)[0] != 0).all() and stats["clip_frac"].item() == 0.0
+    loss, _ = policy_loss(x, old, one, torch.ones(1, 2), "grpo")
+    assert torch.autograd.grad(loss, x)[0][0, 0] == 0  # the token at ratio 1.5 is clipped
+    # a sequence above 1 + eps_high with A > 0 is clipped as a whole: every token loses its gradient
+    loss, stats = policy_loss(x, old - 0.3, one, torch.ones(1, 2), "gspo")
+    assert torch.equal(torch.autograd.grad(loss, x)[0], torch.zeros(1, 2, dtype=torch.float64))
+    assert stats["clip_frac_high"].item() == 1.0
+
+
+def test_gspo_micro_batches_add_up_with_row_shares() -> None:
+    """The module's accumulation rule for gspo is grpo's: rows split, each piece scaled by rows / mini-batch rows."""
+    logp, old, ref, adv, mask = make_inputs(seed=7, B=8)
+    full, _ = policy_loss(logp, old, adv, mask, "gspo", 0.2, 0.28, ref, 0.04)
+    pieces = [
+        policy_loss(logp[r], old[r], adv[r], mask[r], "gspo", 0.2, 0.28, ref[r], 0.04)[0] * len(r) / 8
+        for r in torch.arange(8).split(3)
+    ]
+    torch.testing.assert_close(sum(pieces), full, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        torch.autograd.grad(sum(pieces), logp)[0], torch.autograd.grad(full, logp)[0], rtol=1e-12, atol=1e-12
+    )
+
+
 def test_clipped_tokens_have_zero_gradient_and_unclipped_do_not() -> None:
     logp = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)
     # ratios 1.5, 0.5, 1.1, 0.9 with A > 0: 1.5 is clipped above (no grad), the others keep their gradient
@@ -151,7 +215,7 @@ def test_bad_input(kwargs: dict, match: str) -> None:
 HAS_TRL = importlib.util.find_spec("trl") is not None
 
 
-def trl_loss(loss_type, logp, old, ref, adv, mask, eps_low, eps_high, beta, lmax, num_items):
+def trl_loss(loss_type, logp, old, ref, adv, mask, eps_low, eps_high, beta, lmax, num_items, level="token"):
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     B, T = logp.shape
@@ -159,7 +223,7 @@ def trl_loss(loss_type, logp, old, ref, adv, mask, eps_low, eps_high, beta, lmax
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
-        importance_sampling_level="token",
+        importance_sampling_level=level,
         beta=beta,
         loss_type=loss_type,
         epsilon_low=eps_low,
@@ -211,3 +275,23 @@ def test_parity_with_trl_grpo_trainer(loss_type: str, beta: float, gamma: float)
     (g_theirs,) = torch.autograd.grad(theirs, logp)
     torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.skipif(not HAS_TRL, reason="trl is not installed (pip install -e .[dev])")
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+@pytest.mark.parametrize(("eps", "eps_high", "spread"), [(3e-4, 4e-4, 1e-3), (0.2, 0.28, 1.0)])
+def test_gspo_parity_with_trl_sequence_level(beta: float, eps: float, eps_high: float, spread: float) -> None:
+    """loss_type='gspo' == TRL 1.16 loss_type='grpo', importance_sampling_level='sequence' (the GSPO setup)."""
+    logp, old, ref, _, mask = make_inputs(seed=13, B=8, T=9)
+    old = (logp.detach() + (old - logp.detach()) * spread).detach()  # some sequences inside the clip range
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+    adv = group_advantages(rewards, gamma=0.5, eps=1e-4).double().reshape(-1)  # (B,)
+    ours, stats = policy_loss(logp, old, adv, mask, "gspo", eps, eps_high, ref, beta)
+    theirs, metrics = trl_loss("grpo", logp, old, ref, adv, mask, eps, eps_high, beta, 9, 1.0, level="sequence")
+    (g_ours,) = torch.autograd.grad(ours, logp)
+    (g_theirs,) = torch.autograd.grad(theirs, logp)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(g_ours, g_theirs, rtol=1e-10, atol=1e-10)
+    assert g_ours.abs().sum() > 0
+    if beta > 0:
+        assert stats["kl"].item() == pytest.approx(metrics["kl"][0])

@@ -1,0 +1,253 @@
+"""Dynamic sampling (DAPO): oversample prompts, drop uninformative groups, refill until P informative groups.
+
+A group is *uninformative* when every advantage in it is 0: its scorable rewards are all equal (or fewer than
+two are scorable), or its group weight (:class:`~lit_fgrpo.objectives.group_weights.GroupWeight`, e.g. a
+``band`` outside its range or ``maxrl`` on a group with no success) is 0. Such a group costs a forward and
+backward pass and teaches nothing; with F-GRPO on easy data most groups are all-correct.
+
+How it plugs in. The rollout collector owns the engine and a stream of prompts; it passes
+:func:`dynamic_sample` a ``draw(k)`` callable that takes the next ``k`` prompts of the stream, generates and
+scores their groups and returns them as one :class:`RolloutBatch` (what ``make_rollout`` returns today)::
+
+    def draw(k: int) -> RolloutBatch:
+        records = prompt_stream.take(k)          # advances the data position by k, kept or not
+        return collector.make_rollout(pl_module, records, sampling_for_round)
+
+    rollout, stats = dynamic_sample(draw, num_prompts=P, config=DynamicSampling(max_rounds=4, oversample=2.0),
+                                    group_weight=module_group_weight, pad_token_id=pad_id)
+    data_position += stats.prompts_drawn         # rollout.stats has rollout/dynamic_* for the module to log
+
+Data position: every prompt drawn is consumed, whether its group is kept, dropped or left over after P are
+kept; the resume state must advance by ``stats.prompts_drawn`` (not by P), so that a resumed run continues at
+the next undrawn prompt and never replays a discarded one. Give each round its own sampling seed (e.g.
+``seed + 1000 * step + round``) so a resumed step regenerates the same groups.
+
+Several ranks: each rank samples on its own shard and always returns exactly P groups (``on_short="pad"``), so
+the ranks keep the same number of micro-batches and optimizer steps even when their round counts differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from lit_fgrpo.objectives.group_weights import GroupWeight, group_weight_values
+from lit_fgrpo.rollout.batch import RolloutBatch
+
+DrawFn = Callable[[int], RolloutBatch]
+"""``draw(k)``: generate and score the groups of the next k prompts; may return fewer at the end of the data."""
+
+
+@dataclass(frozen=True)
+class DynamicSampling:
+    """Settings of dynamic sampling (validated on construction)."""
+
+    max_rounds: int = 4
+    """Most generation rounds per training step (DAPO's ``max_num_gen_batches``); >= 1."""
+    oversample: float = 1.0
+    """Each round draws ``ceil(oversample * missing)`` prompts, ``missing`` = P - groups kept so far; >= 1."""
+    on_short: Literal["pad", "error"] = "pad"
+    """After ``max_rounds`` with fewer than P informative groups: ``pad`` with dropped groups (advantage 0, no
+    gradient; keeps ranks in lockstep) or raise ``error``."""
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError(f"dynamic_sampling.max_rounds must be >= 1, got {self.max_rounds}")
+        if not math.isfinite(self.oversample) or self.oversample < 1.0:
+            raise ValueError(f"dynamic_sampling.oversample must be finite and >= 1, got {self.oversample}")
+        if self.on_short not in ("pad", "error"):
+            raise ValueError(f"dynamic_sampling.on_short must be 'pad' or 'error', got {self.on_short!r}")
+
+
+@dataclass(frozen=True)
+class DynamicSamplingStats:
+    """What one training step's dynamic sampling cost and kept."""
+
+    rounds: int
+    prompts_drawn: int
+    """Prompts consumed from the stream (the data position advances by this)."""
+    groups_informative: int
+    """Informative groups seen over all rounds (may exceed P: the surplus is consumed and discarded)."""
+    groups_kept: int
+    """Informative groups in the returned batch (<= P)."""
+    groups_padded: int
+    """Uninformative groups added to reach P after ``max_rounds`` (``on_short="pad"``)."""
+
+    def as_stats(self) -> dict[str, float]:
+        """RolloutBatch.stats entries (the module logs them as ``rollout/dynamic_*``)."""
+        return {
+            "dynamic_rounds": float(self.rounds),
+            "dynamic_prompts_drawn": float(self.prompts_drawn),
+            "dynamic_groups_kept": float(self.groups_kept),
+            "dynamic_groups_padded": float(self.groups_padded),
+            "dynamic_keep_rate": self.groups_informative / max(self.prompts_drawn, 1),
+        }
+
+
+def informative_groups(
+    rewards: Tensor, success: Tensor | None = None, group_weight: GroupWeight | None = None
+) -> Tensor:
+    """(P,) bool: the groups of ``rewards`` (P, G) whose advantages are not all 0.
+
+    Same rule as :func:`~lit_fgrpo.objectives.group_advantages`: at least two scorable (non-NaN) rewards that are
+    not all equal, and, when ``group_weight`` is given, a weight > 0 (mu_hat from ``success`` or reward > 0).
+    """
+    r = rewards.detach().to(torch.float64)  # (P, G)
+    valid = ~torch.isnan(r)  # (P, G)
+    big = torch.finfo(torch.float64).max
+    r_max = torch.where(valid, r, torch.full_like(r, -big)).amax(dim=1)  # (P,)
+    r_min = torch.where(valid, r, torch.full_like(r, big)).amin(dim=1)  # (P,)
+    keep = (r_max > r_min) & (valid.sum(dim=1) >= 2)  # (P,)
+    if group_weight is not None and not group_weight.is_identity:
+        keep = keep & (group_weight_values(rewards, group_weight, success) > 0)
+    return keep
+
+
+def select_groups(batch: RolloutBatch, groups: Tensor | Sequence[int]) -> RolloutBatch:
+    """The sub-batch of the given group (prompt) indices, in that order; texts and stats follow."""
+    idx = torch.as_tensor(groups, dtype=torch.long).reshape(-1)  # (k,)
+    G = batch.group_size
+    rows = (idx.unsqueeze(1) * G + torch.arange(G)).reshape(-1)  # (k * G,)
+    row_list = rows.tolist()
+    return RolloutBatch(
+        input_ids=batch.input_ids[rows.to(batch.input_ids.device)],
+        attention_mask=batch.attention_mask[rows.to(batch.attention_mask.device)],
+        completion_mask=batch.completion_mask[rows.to(batch.completion_mask.device)],
+        rewards=batch.rewards[idx.to(batch.rewards.device)],
+        correct=batch.correct[idx.to(batch.correct.device)],
+        max_completion_length=batch.max_completion_length,
+        sampling_logp=(
+            batch.sampling_logp[rows.to(batch.sampling_logp.device)] if batch.sampling_logp is not None else None
+        ),
+        prompts=[batch.prompts[r] for r in row_list] if batch.prompts else [],
+        completions=[batch.completions[r] for r in row_list] if batch.completions else [],
+        stats=dict(batch.stats),
+    )
+
+
+def _merge_stats(batches: Sequence[RolloutBatch]) -> dict[str, float]:
+    """Seconds and failure counts add up over rounds; any other statistic is averaged, weighted by rows."""
+    rows = [b.input_ids.shape[0] for b in batches]
+    out: dict[str, float] = {}
+    for key in dict.fromkeys(k for b in batches for k in b.stats):
+        present = [(b.stats[key], n) for b, n in zip(batches, rows, strict=True) if key in b.stats]
+        if key.endswith("_seconds") or key.startswith("failed_"):
+            out[key] = float(sum(v for v, _ in present))
+        else:
+            out[key] = float(sum(v * n for v, n in present) / max(sum(n for _, n in present), 1))
+    return out
+
+
+def concat_rollouts(batches: Sequence[RolloutBatch], pad_token_id: int = 0) -> RolloutBatch:
+    """Stack rollouts of the same group size along P, re-padding to the widest prompt and completion.
+
+    Prompts stay left-padded and completions right-padded: row b of input k becomes
+    ``[pad * (Tp - Tp_k), prompt, completion, pad * (T - T_k)]``. Padding ids are masked, so their value never
+    matters.
+    """
+    if not batches:
+        raise ValueError("concat_rollouts: no batches")
+    G = batches[0].group_size
+    if any(b.group_size != G for b in batches):
+        raise ValueError(f"concat_rollouts: group sizes differ: {[b.group_size for b in batches]}")
+    if len({b.sampling_logp is None for b in batches}) > 1:
+        raise ValueError("concat_rollouts: some batches have sampling_logp and some do not")
+    T = max(b.completion_length for b in batches)
+    Tp = max(b.input_ids.shape[1] - b.completion_length for b in batches)
+    ids, attn, mask, logp = [], [], [], []
+    for b in batches:
+        B, t = b.input_ids.shape[0], b.completion_length
+        tp = b.input_ids.shape[1] - t
+        new_ids = b.input_ids.new_full((B, Tp + T), pad_token_id)  # (B, Tp + T)
+        new_ids[:, Tp - tp : Tp + t] = b.input_ids
+        new_attn = b.attention_mask.new_zeros((B, Tp + T))  # (B, Tp + T)
+        new_attn[:, Tp - tp : Tp + t] = b.attention_mask
+        ids.append(new_ids)
+        attn.append(new_attn)
+        mask.append(torch.nn.functional.pad(b.completion_mask, (0, T - t)))  # (B, T)
+        if b.sampling_logp is not None:
+            logp.append(torch.nn.functional.pad(b.sampling_logp, (0, T - t)))  # (B, T)
+    return RolloutBatch(
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(attn),
+        completion_mask=torch.cat(mask),
+        rewards=torch.cat([b.rewards for b in batches]),
+        correct=torch.cat([b.correct for b in batches]),
+        max_completion_length=max(b.max_completion_length for b in batches),
+        sampling_logp=torch.cat(logp) if logp else None,
+        prompts=[p for b in batches for p in b.prompts],
+        completions=[c for b in batches for c in b.completions],
+        stats=_merge_stats(batches),
+    )
+
+
+def dynamic_sample(
+    draw: DrawFn,
+    num_prompts: int,
+    config: DynamicSampling | None = None,
+    group_weight: GroupWeight | None = None,
+    pad_token_id: int = 0,
+) -> tuple[RolloutBatch, DynamicSamplingStats]:
+    """Draw rounds of prompts until ``num_prompts`` informative groups are kept or ``max_rounds`` is reached.
+
+    Args:
+        draw: ``draw(k)`` generates and scores the groups of the next k prompts (see the module docstring).
+        num_prompts: P, the groups per training batch.
+        config: rounds cap, oversampling factor and what to do when short.
+        group_weight: also drop groups whose weight is 0 (a band, MaxRL with no success); None = only
+            constant groups.
+        pad_token_id: filler id for re-padding (masked, value irrelevant).
+
+    Returns:
+        ``(batch, stats)``: exactly P groups in draw order (informative first, then, when short and
+        ``on_short="pad"``, the earliest dropped groups), and the counts; ``batch.stats`` carries the
+        per-round statistics merged over every round drawn, plus ``stats.as_stats()``.
+    """
+    cfg = config or DynamicSampling()
+    if num_prompts < 1:
+        raise ValueError(f"dynamic_sample: num_prompts must be >= 1, got {num_prompts}")
+    kept: list[RolloutBatch] = []
+    dropped: list[RolloutBatch] = []
+    drawn_batches: list[RolloutBatch] = []
+    rounds = drawn = informative = num_kept = 0
+    while num_kept < num_prompts and rounds < cfg.max_rounds:
+        want = math.ceil(cfg.oversample * (num_prompts - num_kept))
+        batch = draw(want)
+        rounds += 1
+        drawn += batch.num_prompts
+        drawn_batches.append(batch)
+        if batch.num_prompts == 0:  # the prompt stream is exhausted
+            break
+        keep = informative_groups(batch.rewards, batch.correct, group_weight)  # (k,)
+        informative += int(keep.sum())
+        take = keep.nonzero().flatten()[: num_prompts - num_kept]  # (<= k,)
+        num_kept += len(take)
+        if len(take):
+            kept.append(select_groups(batch, take))
+        if num_kept < num_prompts and (~keep).any():
+            dropped.append(select_groups(batch, (~keep).nonzero().flatten()))
+    padded = 0
+    if num_kept < num_prompts:
+        if cfg.on_short == "error":
+            raise RuntimeError(
+                f"dynamic_sampling: {num_kept} informative groups of {num_prompts} after {rounds} rounds "
+                f"({drawn} prompts drawn); raise dynamic_sampling.max_rounds or dynamic_sampling.oversample"
+            )
+        spare = concat_rollouts(dropped, pad_token_id) if dropped else None
+        padded = min(num_prompts - num_kept, spare.num_prompts if spare is not None else 0)
+        if spare is not None and padded:
+            kept.append(select_groups(spare, torch.arange(padded)))
+        if num_kept + padded < num_prompts:
+            raise RuntimeError(
+                f"dynamic_sampling: the prompt stream ran out after {drawn} prompts, fewer than the "
+                f"{num_prompts} groups of a batch"
+            )
+    stats = DynamicSamplingStats(rounds, drawn, informative, num_kept, padded)
+    out = concat_rollouts(kept, pad_token_id)
+    out.stats = _merge_stats(drawn_batches) | stats.as_stats()
+    return out, stats
