@@ -54,7 +54,9 @@ class HFCopyEngine:
         if source.keys() != target.keys():
             missing = sorted(set(target) - set(source))[:3]
             extra = sorted(set(source) - set(target))[:3]
-            raise ValueError(f"HFCopyEngine.sync_weights: model has another structure (missing {missing}, extra {extra})")
+            raise ValueError(
+                f"HFCopyEngine.sync_weights: model has another structure (missing {missing}, extra {extra})"
+            )
         for name, tensor in target.items():
             tensor.copy_(source[name])
 

@@ -271,3 +271,31 @@ def test_paused_blocks_generation() -> None:
     finally:
         runner.close()
     assert during and not any(during)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_schedule_does_not_depend_on_timing(k: int) -> None:
+    """A trainer that pushes at once (no training time) still sees batch i sampled at version max(0, i - k).
+
+    The engine seam here is a plain function recording the version it is called under: the schedule is the
+    runner's alone, and a zero-cost step is the timing that races the generator thread hardest.
+    """
+    engine_version = [0]
+
+    def collect(records: Sequence[Record], seed: int) -> tuple[int, int]:
+        return seed, engine_version[0]
+
+    def sync() -> None:
+        engine_version[0] += 1
+
+    runner = StalenessBoundedRollouts(collect, prompt_batch, sync, k)
+    try:
+        taken = []
+        for step in range(60):
+            taken.append(runner.take())
+            runner.push_weights(step + 1)
+    finally:
+        runner.close()
+    assert [item.batch for item in taken] == [(i, max(0, i - k)) for i in range(60)]
+    assert [item.sampled_version for item in taken] == [max(0, i - k) for i in range(60)]
+    assert max(item.staleness for item in taken) == k
