@@ -45,7 +45,7 @@ from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts  # noqa: E402
 PAD = 0
 SIZES: dict[str, dict[str, int]] = {
     # hidden, layers, heads, intermediate, vocab; prompts x n x max_tokens per step
-    "quick": dict(hidden=64, layers=2, heads=4, inter=128, vocab=64, prompts=4, n=4, max_tokens=16, prompt_len=16),
+    "quick": dict(hidden=64, layers=2, heads=2, inter=128, vocab=64, prompts=4, n=4, max_tokens=16, prompt_len=16),
     "full": dict(hidden=256, layers=4, heads=4, inter=768, vocab=512, prompts=8, n=8, max_tokens=64, prompt_len=32),
 }
 
@@ -162,8 +162,10 @@ def main() -> None:
         for k in (0, 1) if rep % 2 == 0 else (1, 0):
             command = [sys.executable, __file__, "--contender", str(k), "--engine", args.engine]
             command += ["--size", args.size, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-            out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-            results[k].append(json.loads(out.strip().splitlines()[-1]))
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                sys.exit(f"bench_async: contender k={k} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+            results[k].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"\nengine={args.engine} size={args.size} steps={args.steps} (first {args.warmup} left out) reps={args.reps}")
     print(f"{'k':>2} {'step s':>8} {'trainer waits s':>16} {'engine waits s':>15} {'max staleness':>14}")
     med = {}
