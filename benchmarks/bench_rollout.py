@@ -76,7 +76,11 @@ def start_vllm(model: Any, case: Case) -> Any:
     from lit_fgrpo.rollout.vllm_engine import VLLMEngine
 
     return VLLMEngine.from_model(
-        model, None, tempfile.mkdtemp(), eos_token_id=case.vocab - 1, max_model_len=case.prompt_len + case.max_tokens + 8
+        model,
+        None,
+        tempfile.mkdtemp(),
+        eos_token_id=case.vocab - 1,
+        max_model_len=max(case.prompt_len + case.max_tokens + 8, 48),  # verify_sync scores 32-token probes
     )
 
 
@@ -180,7 +184,9 @@ def main() -> None:
         results: dict[str, list[dict[str, Any]]] = {"hf": [], "vllm": []}
         for rep in range(reps):
             for kind in ("hf", "vllm") if rep % 2 == 0 else ("vllm", "hf"):
-                r = run_worker(["--worker", kind, "--case-json", json.dumps(asdict(case)), "--threads", str(args.threads)])
+                r = run_worker(
+                    ["--worker", kind, "--case-json", json.dumps(asdict(case)), "--threads", str(args.threads)]
+                )
                 results[kind].append(r)
                 print(f"  {case.name} rep {rep + 1} {kind}: {r['tok_s']:.0f} tok/s", flush=True)
         rows.append((case, results))
@@ -202,7 +208,9 @@ def main() -> None:
         print(f"{'':<14} vLLM tok/s per rep: {[round(r['tok_s']) for r in vl]}, HF: {[round(r['tok_s']) for r in hf]}")
     if args.presence or args.quick:
         case = QUICK if args.quick else replace(CASES["30M"], prompts=2, n=4, max_tokens=64)
-        r = run_worker(["--worker", "presence", "--case-json", json.dumps(asdict(case)), "--threads", str(args.threads)])
+        r = run_worker(
+            ["--worker", "presence", "--case-json", json.dumps(asdict(case)), "--threads", str(args.threads)]
+        )
         print(
             f"\ntraining step beside an in-process vLLM engine ({case.name}): torch threads {r['threads_before']} -> "
             f"{r['threads_after']}, CPU affinity {r['cores'][0]} -> {r['cores'][1]} cores, step {r['before_s']:.3f} s -> {r['after_s']:.3f} s "

@@ -208,7 +208,9 @@ def run_case(case: Case, reps: int, threads: int, warmup: int) -> dict[str, list
                     sys.exit(f"{case.name}: the {who} worker failed:\n{proc.stderr[-3000:]}")
                 results[who].append(json.loads(out.read_text()))
                 r = results[who][-1]
-                print(f"  rep {rep + 1} {who}: step {r['step_s']:.3f} s, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+                print(
+                    f"  rep {rep + 1} {who}: step {r['step_s']:.3f} s, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True
+                )
     return results
 
 

@@ -82,7 +82,8 @@ def split_output_layer(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     ``disable_adapter()`` apply as in the model's own forward. Tied embeddings need nothing special: ``lm_head``
     is the module that holds the tied weight.
     """
-    base: Any = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT -> HF model
+    wrapper: Any = model
+    base: Any = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else wrapper  # PEFT -> HF model
     config = getattr(base, "config", None)
     if config is None or getattr(config, "model_type", None) not in CHUNKABLE_MODEL_TYPES:
         return None

@@ -56,7 +56,9 @@ def assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tenso
     """Each gradient within 1e-5 of its largest entry (float32 sums in another order)."""
     for name, ref in want.items():
         scale = float(ref.abs().max())
-        torch.testing.assert_close(got[name], ref, rtol=0, atol=1e-5 * max(scale, 1e-3), msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            got[name], ref, rtol=0, atol=1e-5 * max(scale, 1e-3), msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 def both_paths(model: nn.Module, vocab: int = QWEN_VOCAB, T: int = 9, temperature: float = 0.7) -> list[Any]:
@@ -67,7 +69,14 @@ def both_paths(model: nn.Module, vocab: int = QWEN_VOCAB, T: int = 9, temperatur
     for chunked in (False, True):
         model.zero_grad(set_to_none=True)
         out = completion_logprobs(
-            model, ids, mask, T, temperature=temperature, chunk_rows=3, with_entropy=True, chunk_tokens=5,
+            model,
+            ids,
+            mask,
+            T,
+            temperature=temperature,
+            chunk_rows=3,
+            with_entropy=True,
+            chunk_tokens=5,
             chunked=chunked,
         )
         (out.logp * weights).sum().backward()
