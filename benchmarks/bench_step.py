@@ -10,7 +10,8 @@ Each contender runs in its own process (``--worker``), contenders alternate in o
 table gives medians over repetitions of each run's median step time (the first ``--warmup`` steps dropped: they
 include engine start-up and lazy initialisation). Step time = wall time between the starts of consecutive
 training steps (generation, reward, log-probs, forward, backward, optimizer, weight sync: everything).
-Peak RSS is the worker's ``ru_maxrss``; "model RSS" subtracts the RSS after imports, before the model loads.
+Peak RSS is the worker's ``ru_maxrss``: in case b it leaves out a vLLM engine running in its own process (vLLM's
+default multiprocess mode), so compare memory in cases a and c.
 
     python benchmarks/bench_step.py --quick          # smoke test, ~2 min (vLLM start-up dominates)
     python benchmarks/bench_step.py --cases a c      # real settings, about 25 min on 2 idle cores
