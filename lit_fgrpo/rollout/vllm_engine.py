@@ -105,7 +105,12 @@ class VLLMEngine:
         kwargs.update(llm_kwargs)
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode", False)) and not cpu
         self._sleeping = False
+        threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
         self.llm = LLM(str(model_path), **kwargs)
+        # An in-process vLLM worker sets torch to 1 thread for serving and, on CPU, first replaces
+        # torch.set_num_threads with a no-op for the whole process; give the trainer beside it its settings back.
+        torch.set_num_threads = set_num_threads  # type: ignore[assignment]
+        torch.set_num_threads(threads)
         self._driver_worker_in_process = self._driver_worker() is not None
 
     @classmethod

@@ -1,0 +1,257 @@
+"""One RL step, lit_fgrpo against TRL's GRPOTrainer: same model, prompts, batch and completion lengths.
+
+Cases (issue #15):
+  a  both on HF ``generate``, matched settings (loss grpo, beta 0, fp32, no gradient checkpointing, lr, T, G)
+  b  each library out of the box: ours ``engine="auto"`` (vLLM when installed), TRL's GRPOConfig defaults
+     (gradient checkpointing, bf16 autocast, loss dapo), only the batch shape and step count set
+  c  case a at a real vocabulary (151,936 tokens, Qwen2.5's) with 512-token completions; peak RSS both sides
+
+Each contender runs in its own process (``--worker``), contenders alternate in order every repetition, and the
+table gives medians over repetitions of each run's median step time (the first ``--warmup`` steps dropped: they
+include engine start-up and lazy initialisation). Step time = wall time between the starts of consecutive
+training steps (generation, reward, log-probs, forward, backward, optimizer, weight sync: everything).
+Peak RSS is the worker's ``ru_maxrss``: in case b it leaves out a vLLM engine running in its own process (vLLM's
+default multiprocess mode), so compare memory in cases a and c.
+
+    python benchmarks/bench_step.py --quick          # smoke test, ~2 min (vLLM start-up dominates)
+    python benchmarks/bench_step.py --cases a c      # real settings, about 25 min on 2 idle cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+@dataclass
+class Case:
+    name: str
+    hidden: int
+    layers: int
+    vocab: int
+    prompts: int
+    """P prompts per step."""
+    group: int
+    """G completions per prompt."""
+    prompt_len: int
+    max_tokens: int
+    steps: int
+    """Training steps per run, warm-up included."""
+    matched: bool = True
+    """True: HF generate and the same settings on both sides; False: each library's defaults."""
+
+
+CASES = {
+    "a": Case("a: HF generate, matched", hidden=128, layers=2, vocab=1000, prompts=8, group=8, prompt_len=32,
+              max_tokens=64, steps=5),
+    "b": Case("b: out-of-the-box defaults", hidden=128, layers=2, vocab=1000, prompts=8, group=8, prompt_len=32,
+              max_tokens=64, steps=5, matched=False),
+    "c": Case("c: V=151,936, 512 tokens", hidden=128, layers=2, vocab=151_936, prompts=2, group=4, prompt_len=32,
+              max_tokens=512, steps=3),
+}  # fmt: skip
+QUICK = {"a": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
+         "b": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
+         "c": dict(hidden=64, prompts=1, group=2, prompt_len=8, max_tokens=32, steps=2)}  # fmt: skip
+# head_dim = hidden // heads = 32 everywhere: vLLM's CPU attention rejects 16.
+
+
+def toy_reward(prompts: list[str], completions: list[Any], **kwargs: Any) -> list[float]:
+    """Dense toy reward (completion length in words, mod 3, halved): random policies get mixed groups."""
+    return [(len(str(c).split()) % 3) / 2 for c in completions]
+
+
+# ---------------------------------------------------------------- shared model and prompts
+def prepare(case: Case, root: Path) -> None:
+    """Save a random Qwen2 model, a word-level tokenizer of ``case.vocab`` words and the prompt texts."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
+
+    words = ["<pad>", "<bos>", "<eos>", "<unk>"] + [f"w{i}" for i in range(4, case.vocab)]
+    tokenizer = build_word_tokenizer(words)
+    # apart from config.json: beside a qwen2 config, AutoTokenizer would load it as a Qwen2 (BPE) tokenizer
+    tokenizer.save_pretrained(root / "tokenizer")
+    config = Qwen2Config(
+        vocab_size=case.vocab, hidden_size=case.hidden, intermediate_size=4 * case.hidden,
+        num_hidden_layers=case.layers, num_attention_heads=case.hidden // 32, num_key_value_heads=case.hidden // 32,
+        max_position_embeddings=case.prompt_len + case.max_tokens + 16, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(root)
+    g = torch.Generator().manual_seed(0)
+    n = case.prompts * case.steps
+    ids = torch.randint(4, case.vocab, (n, case.prompt_len), generator=g).tolist()
+    (root / "prompts.json").write_text(json.dumps([" ".join(f"w{i}" for i in row) for row in ids]))
+
+
+# ---------------------------------------------------------------- contenders (each in its own process)
+def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) -> None:
+    """lit_fgrpo's step: FGRPOModule + RolloutCallback under a Lightning Trainer (the public API)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from lit_fgrpo.callbacks import RolloutCallback
+    from lit_fgrpo.data.datamodule import keep_batch
+    from lit_fgrpo.data.records import PromptRecord
+    from lit_fgrpo.module import FGRPOModule
+    from lit_fgrpo.rollout.base import SamplingConfig
+
+    module = FGRPOModule(model=str(root), tokenizer=str(root / "tokenizer"), loss_type="grpo", lr=1e-6)
+    texts = json.loads((root / "prompts.json").read_text())
+    records = [PromptRecord(t, module.tokenizer(t)["input_ids"], {}, i) for i, t in enumerate(texts)]
+    rollouts = RolloutCallback(
+        engine="hf" if case.matched else "auto",
+        sampling=SamplingConfig(n=case.group, max_tokens=case.max_tokens, temperature=1.0, seed=0),
+        reward_funcs=[toy_reward],  # type: ignore[list-item]
+        validate_at_start=False,
+        log_samples_every=0,
+    )
+
+    class Clock(L.Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+            clock.append(time.perf_counter())
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+            lengths.append(float(trainer.callback_metrics["rollout/completion_length"]))
+
+        def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:
+            clock.append(time.perf_counter())
+
+    trainer = L.Trainer(
+        max_steps=case.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[Clock(), rollouts], accelerator="cpu", limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(module, DataLoader(records, batch_size=case.prompts, collate_fn=keep_batch))
+
+
+def run_trl(case: Case, root: Path, clock: list[float], lengths: list[float]) -> None:
+    """TRL 1.16's GRPOTrainer on the same saved model and prompts."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    texts = json.loads((root / "prompts.json").read_text())
+    matched: dict[str, Any] = dict(
+        gradient_checkpointing=False, bf16=False, loss_type="grpo", beta=0.0, temperature=1.0, learning_rate=1e-6
+    )
+    args = GRPOConfig(
+        output_dir=str(root / "trl_out"), per_device_train_batch_size=case.prompts * case.group,
+        num_generations=case.group, max_completion_length=case.max_tokens, max_steps=case.steps, logging_steps=1,
+        report_to="none", save_strategy="no", use_cpu=True, shuffle_dataset=False, **(matched if case.matched else {}),
+    )  # fmt: skip
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+            clock.append(time.perf_counter())
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "completions/mean_length" in logs:
+                lengths.append(float(logs["completions/mean_length"]))
+
+        def on_train_end(self, *args: Any, **kwargs: Any) -> None:
+            clock.append(time.perf_counter())
+
+    trainer = GRPOTrainer(
+        model=str(root), reward_funcs=toy_reward, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),
+        processing_class=AutoTokenizer.from_pretrained(root / "tokenizer"), callbacks=[Clock()],
+    )  # fmt: skip
+    trainer.train()
+
+
+def worker(who: str, case: Case, root: Path, threads: int, warmup: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    clock: list[float] = []
+    lengths: list[float] = []
+    (run_lit if who == "lit" else run_trl)(case, root, clock, lengths)
+    steps = [b - a for a, b in zip(clock, clock[1:])][warmup:]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "step_s": statistics.median(steps),
+        "steps": steps,
+        "completion_length": statistics.mean(lengths) if lengths else float("nan"),
+        "peak_rss_mib": peak,
+        "model_rss_mib": peak - base_rss,
+        "threads_after": torch.get_num_threads(),
+    }
+
+
+# ---------------------------------------------------------------- driver
+def run_case(case: Case, reps: int, threads: int, warmup: int) -> dict[str, list[dict[str, Any]]]:
+    results: dict[str, list[dict[str, Any]]] = {"lit": [], "trl": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        prepare(case, root)
+        for rep in range(reps):
+            for who in ("lit", "trl") if rep % 2 == 0 else ("trl", "lit"):
+                out = root / f"{who}.json"
+                cmd = [sys.executable, __file__, "--worker", who, "--case-json", json.dumps(asdict(case)),
+                       "--root", str(root), "--threads", str(threads), "--warmup", str(warmup), "--out", str(out)]  # fmt: skip
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    sys.exit(f"{case.name}: the {who} worker failed:\n{proc.stderr[-3000:]}")
+                results[who].append(json.loads(out.read_text()))
+                r = results[who][-1]
+                print(
+                    f"  rep {rep + 1} {who}: step {r['step_s']:.3f} s, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True
+                )
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="*", default=["a", "b", "c"], choices=sorted(CASES))
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 repetition: a smoke test")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per contender (alternated)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads in both workers")
+    parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of each run")
+    parser.add_argument("--worker", choices=["lit", "trl"], help=argparse.SUPPRESS)
+    parser.add_argument("--case-json", help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        result = worker(args.worker, Case(**json.loads(args.case_json)), Path(args.root), args.threads, args.warmup)
+        Path(args.out).write_text(json.dumps(result))
+        return
+    reps = 1 if args.quick else args.reps
+    print(f"torch threads per worker: {args.threads}; repetitions: {reps}; load average: {os.getloadavg()[0]:.2f}")
+    table = []
+    for key in args.cases:
+        case = replace(CASES[key], **QUICK[key]) if args.quick else CASES[key]
+        print(f"{case.name}: P={case.prompts} G={case.group} T={case.max_tokens} V={case.vocab} h={case.hidden}")
+        res = run_case(case, reps, args.threads, args.warmup)
+        lit, trl = (statistics.median(r["step_s"] for r in res[w]) for w in ("lit", "trl"))
+        rss = [statistics.median(r["peak_rss_mib"] for r in res[w]) for w in ("lit", "trl")]
+        lengths = [statistics.median(r["completion_length"] for r in res[w]) for w in ("lit", "trl")]
+        table.append((case.name, lit, trl, rss, lengths))
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
+    head = f"{'case':<28} {'lit s':>7} {'TRL s':>7} {'lit/TRL':>7} {'RSS lit':>8} {'RSS TRL':>8} {'lit/TRL':>7} {'len lit':>7} {'len TRL':>7}"
+    print(head + "\n" + "-" * len(head))
+    for name, lit, trl, (r_lit, r_trl), (l_lit, l_trl) in table:
+        print(
+            f"{name:<28} {lit:>7.3f} {trl:>7.3f} {lit / trl:>7.2f} {r_lit:>7.0f}M {r_trl:>7.0f}M {r_lit / r_trl:>7.2f} "
+            f"{l_lit:>7.1f} {l_trl:>7.1f}"
+        )
+    print("goals (issue #15): a <= 0.8, b <= 0.5 (step time), c <= 0.8 (peak RSS)")
+
+
+if __name__ == "__main__":
+    main()
