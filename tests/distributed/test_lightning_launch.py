@@ -95,3 +95,15 @@ def test_two_simulated_nodes_match_one_process(seeded: dict[str, Path]) -> None:
 def test_ddp_matches_one_process_as_shipped(tmp_path: Path) -> None:
     outs = launch(tmp_path, per_prompt_seeds=False, two_nodes=False)
     assert max_gap(weights(outs["one"]), weights(outs["ddp"])) < 2e-5
+
+
+def test_a_failure_on_rank_1_stops_the_ddp_run_with_its_message(tmp_path: Path) -> None:
+    # Rank 1 (the process Lightning's launcher started) crashes in its rollout at step 1; without fail_together
+    # rank 0 would wait in the next gradient all-reduce for the process-group timeout (30 minutes).
+    command = _command(tmp_path, "--devices", "2", "--steps", "3", "--fail-rank", "1")
+    ((status, output),) = run_processes([(command, base_env())], timeout=120)
+    assert status != 0
+    assert "ValueError: reward function maze crashed on rank 1" in output  # rank 1's own exception
+    message = "rank 1 failed in rollout scoring at step 1: ValueError: reward function maze crashed on rank 1"
+    assert message in output  # rank 0 stops with the original message
+    assert not (tmp_path / "rank0.pt").exists()

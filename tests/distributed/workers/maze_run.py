@@ -163,6 +163,25 @@ def install_per_prompt_seeds() -> None:
     RolloutCallback.make_rollout = make_rollout  # type: ignore[method-assign]
 
 
+def install_failure(fail_rank: int) -> None:
+    """Wrap every training rollout in ``fail_together`` (as the collector should) and crash the reward on
+    ``fail_rank`` at step 1: every rank must stop with the message instead of waiting in the next all-reduce."""
+    from lit_fgrpo.callbacks import RolloutCallback
+    from lit_fgrpo.distributed import fail_together
+
+    original = RolloutCallback.make_rollout
+
+    def make_rollout(self: Any, pl_module: Any, records: list[Any], sampling: Any) -> Any:
+        step = pl_module.trainer.global_step
+        with fail_together(f"rollout scoring at step {step}"):
+            if pl_module.global_rank == fail_rank and step == 1:
+                raise ValueError(f"reward function maze crashed on rank {fail_rank}")
+            rollout = original(self, pl_module, records, sampling)
+        return rollout
+
+    RolloutCallback.make_rollout = make_rollout  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
@@ -171,9 +190,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--per-prompt-seeds", action="store_true", help="see install_per_prompt_seeds")
+    parser.add_argument("--fail-rank", type=int, default=None, help="see install_failure")
     args = parser.parse_args()
     if args.per_prompt_seeds:
         install_per_prompt_seeds()
+    if args.fail_rank is not None:
+        install_failure(args.fail_rank)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step)
     path = args.out / f"config.{os.getpid()}.json"
