@@ -60,8 +60,8 @@ def run_processes(commands: list[tuple[list[str], dict[str, str]]], timeout: flo
     return results
 
 
-def gloo_ranks(worker_args: list[str], world: int = 2, timeout: float = 60) -> list[tuple[int, str]]:
-    """Run ``workers/group_worker.py`` as ``world`` ranks of one gloo group (RANK / WORLD_SIZE / MASTER_* env)."""
+def group_ranks(worker_args: list[str], world: int = 2, timeout: float = 60) -> list[tuple[int, str]]:
+    """Run ``workers/group_worker.py`` as ``world`` ranks of one process group (RANK / WORLD_SIZE / MASTER_* env)."""
     env = base_env()
     commands = []
     for rank in range(world):
