@@ -22,6 +22,7 @@ from lit_fgrpo.data.records import (
     render_records,
 )
 from lit_fgrpo.data.streaming import PromptStream
+from lit_fgrpo.distributed.batching import per_rank_share
 from lit_fgrpo.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
 from lit_fgrpo.tasks.maze import MazeConfig
 
@@ -36,7 +37,11 @@ def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
 
 
 class PromptDataModule(L.LightningDataModule):
-    """Streams training prompts (``list[PromptRecord]`` batches of ``prompts_per_step``) and serves fixed eval sets.
+    """Streams training prompts (``list[PromptRecord]`` batches) and serves fixed eval sets.
+
+    Batch sizes are global, as TRL, verl and the paper report them: ``prompts_per_step`` prompts per optimisation
+    step over all ranks, each rank taking ``prompts_per_step / world_size`` of them (refused when it does not
+    divide), so the same config trains on the same prompts on 1 rank or 16.
 
     Training is an endless :class:`~lit_fgrpo.data.streaming.PromptStream`, reshuffled every epoch and sharded by
     rank and dataloader worker; bound the run with ``max_steps``. Its position is saved in Lightning checkpoints
@@ -67,8 +72,10 @@ class PromptDataModule(L.LightningDataModule):
         num_train: Training mazes.
         num_val: Validation mazes.
         num_test: Test mazes.
-        prompts_per_step: Prompts per training batch on each rank (P).
-        val_batch_size: Prompts per validation/test batch; defaults to ``prompts_per_step``.
+        prompts_per_step: Prompts per training step over all ranks (global P); each rank takes P / world_size,
+            which must be a whole number.
+        val_batch_size: Prompts per validation/test batch over all ranks (each rank takes the rounded-up share);
+            defaults to ``prompts_per_step``.
         max_prompt_length: Longest prompt in tokens.
         too_long: Longer prompts: ``skip`` (counted, warned), ``truncate_left`` (keep the last tokens, counted,
             warned) or ``error``.
@@ -222,6 +229,8 @@ class PromptDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         """Read, render and tokenize every split (once; later calls reuse them)."""
+        if self.trainer is not None:  # refuse a global batch that does not divide before reading any data
+            per_rank_share(self.prompts_per_step, self.trainer.world_size, "--data.prompts_per_step")
         if self.splits:
             return
         tokenizer = self._resolve_tokenizer()
@@ -245,12 +254,11 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(stream, batch_size=None, collate_fn=keep_batch, num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        """Endless stream of ``list[PromptRecord]`` batches of ``prompts_per_step`` prompts."""
+        """Endless stream of ``list[PromptRecord]`` batches: this rank's ``prompts_per_step / world_size`` prompts."""
         self.setup("fit")
         rank, world_size = self._rank_and_world()
-        stream = PromptStream(
-            self.splits["train"], self.prompts_per_step, seed=self.seed, rank=rank, world_size=world_size
-        )
+        per_rank = per_rank_share(self.prompts_per_step, world_size, "--data.prompts_per_step")
+        stream = PromptStream(self.splits["train"], per_rank, seed=self.seed, rank=rank, world_size=world_size)
         stream.count_yielded = False  # counted in on_before_batch_transfer, after Lightning's prefetch
         if self._pending_state is not None:
             stream.load_state_dict(self._pending_state)
@@ -265,7 +273,8 @@ class PromptDataModule(L.LightningDataModule):
         if split not in self.splits:
             return []
         rank, world_size = self._rank_and_world()
-        stream = PromptStream(self.splits[split], self.val_batch_size, infinite=False, rank=rank, world_size=world_size)
+        per_rank = -(-self.val_batch_size // world_size)  # evaluation batches may be short: no need to divide
+        stream = PromptStream(self.splits[split], per_rank, infinite=False, rank=rank, world_size=world_size)
         return self._loader(stream)
 
     def val_dataloader(self) -> DataLoader | list:

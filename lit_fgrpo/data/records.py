@@ -47,6 +47,9 @@ class PromptRecord:
     """Answer and extra columns, e.g. ``{"answer": "0.5"}``; reward functions receive them as keyword lists."""
     index: int
     """0-based position of the row in its source."""
+    position: int | None = None
+    """Global position in the stream that served it (set by :class:`~lit_fgrpo.data.streaming.PromptStream`; the
+    same on any rank layout), from which the sampling seed derives; ``None`` outside a stream."""
 
 
 def _check_row(row: Any, where: str, prompt_field: str, required_columns: Sequence[str], index: int) -> SourceExample:

@@ -1,17 +1,27 @@
 """A resumable, sharded stream of prompt batches.
 
 Infinite mode reads a global sequence: epoch ``e`` is a permutation of the records drawn from ``(seed, e)``, and the
-epochs follow each other without gaps. Rank ``r`` of ``W`` takes global positions ``r, r + W, r + 2W, ...``, so each
-record is seen exactly once per epoch across ranks, and after ``b`` batches on every rank exactly the first
-``b * batch_size * W`` global positions have been read. Batches (not records) are dealt to dataloader workers round
-robin, which is the order in which ``DataLoader`` collects them, so the batch sequence of a rank does not depend on
-``num_workers`` and a resume point is one number: the next batch index.
+epochs follow each other without gaps. With ``W`` ranks of ``batch_size`` prompts each, the global batch ``t`` is
+the global positions ``[t * P, (t + 1) * P)`` with ``P = batch_size * W`` (the configured, global
+``prompts_per_step``), whatever ``W`` is; rank ``r`` takes the strided slice ``batch[r::W]`` of it, i.e. positions
+``r, r + W, r + 2W, ...``. The strided slice (rather than a contiguous one) keeps mini-batches global too: the
+first ``m`` prompts of every rank together are the first ``m * W`` prompts of the global batch, so a global
+``mini_batch_prompts`` splits the global batch the same way on 1 rank or 16. Each record is seen exactly once per
+epoch across ranks, and after ``b`` batches on every rank exactly the first ``b * P`` global positions have been
+read. Every yielded record carries its global position (:attr:`PromptRecord.position`), from which its sampling
+seed derives (:func:`lit_fgrpo.distributed.prompt_seed`). Batches (not records) are dealt to dataloader workers
+round robin, which is the order in which ``DataLoader`` collects them, so the batch sequence of a rank does not
+depend on ``num_workers`` and a resume point is one number: the next batch index.
+
+Single-pass mode (evaluation) reads the records in source order; rank ``r`` takes ``records[r::W]`` and a record's
+position is its index in the split.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +45,8 @@ class PromptStream(IterableDataset):
 
     Args:
         records: The prompts.
-        batch_size: Prompts per batch on one rank.
+        batch_size: Prompts per batch on one rank (the global count divided by ``world_size``, see
+            :func:`lit_fgrpo.distributed.per_rank_share`).
         infinite: Loop over reshuffled epochs forever; otherwise one pass in source order from the start at
             every ``iter()`` (for evaluation; no resume point), the last batch possibly short.
         shuffle: Reshuffle every epoch (infinite mode only).
@@ -86,15 +97,21 @@ class PromptStream(IterableDataset):
 
     def _record_at(self, global_position: int) -> PromptRecord:
         epoch, offset = divmod(global_position, len(self.records))
-        return self.records[int(self._permutation(epoch)[offset])]
+        return replace(self.records[int(self._permutation(epoch)[offset])], position=global_position)
+
+    def positions(self, batch_index: int) -> list[int]:
+        """Global positions of batch ``batch_index`` of this rank (``batch[rank::world_size]`` of the global batch)."""
+        first = batch_index * self.batch_size
+        if self.infinite:
+            return [k * self.world_size + self.rank for k in range(first, first + self.batch_size)]
+        shard = range(self.rank, len(self.records), self.world_size)
+        return list(shard[first : first + self.batch_size])
 
     def batch(self, batch_index: int) -> list[PromptRecord]:
         """Batch number ``batch_index`` of this rank (empty past the end in single-pass mode)."""
-        first = batch_index * self.batch_size
         if self.infinite:
-            return [self._record_at(k * self.world_size + self.rank) for k in range(first, first + self.batch_size)]
-        shard = self.records[self.rank :: self.world_size]
-        return shard[first : first + self.batch_size]
+            return [self._record_at(position) for position in self.positions(batch_index)]
+        return [replace(self.records[position], position=position) for position in self.positions(batch_index)]
 
     def num_batches(self) -> int | None:
         """Batches per pass on this rank in single-pass mode; ``None`` when infinite.

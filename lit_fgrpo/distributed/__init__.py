@@ -1,0 +1,26 @@
+"""Scale-out helpers: global batch shares, layout-independent seeds, failure propagation, full-weight gathering.
+
+Lightning is the distributed engine (DDP, FSDP, ``num_nodes``, SLURM and torchrun launchers); these are the small
+pieces the library needs to give the same result on any rank layout.
+"""
+
+from lit_fgrpo.distributed.batching import per_rank_mini_batch, per_rank_share
+from lit_fgrpo.distributed.failures import RankFailure, check_finite, fail_together, raise_if_any_rank_failed
+from lit_fgrpo.distributed.reduction import global_mean, global_nanmean, global_sum
+from lit_fgrpo.distributed.seeding import prompt_seed
+from lit_fgrpo.distributed.weight_gather import full_tensor, iter_full_weights
+
+__all__ = [
+    "RankFailure",
+    "check_finite",
+    "fail_together",
+    "full_tensor",
+    "global_mean",
+    "global_nanmean",
+    "global_sum",
+    "iter_full_weights",
+    "per_rank_mini_batch",
+    "per_rank_share",
+    "prompt_seed",
+    "raise_if_any_rank_failed",
+]
