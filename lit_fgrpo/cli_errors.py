@@ -48,15 +48,15 @@ def precheck_config_files(words: Sequence[str]) -> None:
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
-            line = path.read_bytes()[: err.start].count(b"\n") + 1
-            raise ConfigError(f"{name}:{line}: not UTF-8 text (byte 0x{err.object[err.start]:02x})") from None
+            line_number = path.read_bytes()[: err.start].count(b"\n") + 1
+            raise ConfigError(f"{name}:{line_number}: not UTF-8 text (byte 0x{err.object[err.start]:02x})") from None
         try:
             yaml.safe_load(text)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
-            line = f":{mark.line + 1}" if mark is not None else ""
+            at = f":{mark.line + 1}" if mark is not None else ""
             problem = err.problem or err.context or "invalid YAML"
-            raise ConfigError(f"{name}{line}: YAML syntax error: {problem}") from None
+            raise ConfigError(f"{name}{at}: YAML syntax error: {problem}") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"{name}: YAML error: {_one_line(str(err))}") from None
 
