@@ -155,7 +155,7 @@ def read_jsonl(
             try:
                 row = json.loads(line, object_pairs_hook=_refuse_duplicate_keys(where))
             except json.JSONDecodeError as err:
-                raise DataError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+                raise DataError(f"{where}: malformed JSON ({err.msg}, column {err.colno})") from None
             raw_rows.append(row)
             examples.append(_check_row(row, where, prompt_field, required_columns, len(examples), non_string_answers))
     _log_conversions(raw_rows, examples, required_columns, str(path))
