@@ -87,8 +87,10 @@ def load_checkpoint_checked(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: no such checkpoint file")
     if path.stat().st_size == 0:
         raise CheckpointError(f"{path}: checkpoint is empty (0 bytes; an interrupted write?)")
+    with path.open("rb") as handle:
+        is_zip = handle.read(4) == b"PK\x03\x04"  # torch.save's format; mmap avoids a second copy in memory
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False, mmap=is_zip)
     except Exception as err:  # truncated zip, pickle garbage, a text file: all "not a readable checkpoint"
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(err).__name__}: {reason})") from None
