@@ -3,8 +3,8 @@
 A user mistake is any of: a :class:`lit_fgrpo.errors.UserError`; a jsonargparse parse error (bad flag value, unknown
 flag, missing config file); an omegaconf interpolation error; a Lightning ``MisconfigurationException``; a missing or
 unreadable path (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``); or a ``ValueError`` whose message
-starts with ``--`` (the convention for checks that name their flag, in files that do not raise ``UserError`` yet).
-Everything else is a bug and keeps its traceback.
+starts with one of :data:`USER_VALUE_ERROR_PREFIXES` (checks that name their flag or setting, in files that do not
+raise ``UserError`` yet). Everything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from lit_fgrpo.errors import ConfigError, UserError
 
 MAX_LINE = 400
 """Longest ``error:`` line; longer messages are cut with an ellipsis."""
+
+USER_VALUE_ERROR_PREFIXES = ("--", "PromptDataModule.", "cannot resume the prompt stream")
+"""Plain ``ValueError`` messages that are user mistakes: a flag named ``--group.key``, a data-module setting, a resume
+into a dataset of another size. A bridge until those raises use :mod:`lit_fgrpo.errors`."""
 
 _HELP_HINT = "run `lit-fgrpo fit --help` for every setting and its type"
 
@@ -119,7 +123,7 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
         if err.filename is not None:
             return f"{err.filename}: {err.strerror or type(err).__name__}", None
         return str(err), None
-    if type(err) is ValueError and str(err).startswith("--"):
+    if type(err) is ValueError and str(err).startswith(USER_VALUE_ERROR_PREFIXES):
         return str(err), None
     return None
 

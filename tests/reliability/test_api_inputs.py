@@ -23,8 +23,14 @@ REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
         ({"gamma": math.inf}, "group_advantages: gamma must be finite and >= 0, got inf"),
         ({"gamma": -0.5}, "group_advantages: gamma must be finite and >= 0, got -0.5"),
         ({"eps": math.nan}, "group_advantages: eps must be finite and > 0, got nan"),
-        ({"success": torch.tensor([[0.9, 0.1, 0.0, 1.0]])}, "group_advantages: success must be boolean (or 0/1 integers), got dtype torch.float32"),
-        ({"success": torch.tensor([[2, 0, 0, 1]])}, "group_advantages: success must be boolean (or 0/1 integers), got 2"),
+        (
+            {"success": torch.tensor([[0.9, 0.1, 0.0, 1.0]])},
+            "group_advantages: success must be boolean (or 0/1 integers), got dtype torch.float32",
+        ),
+        (
+            {"success": torch.tensor([[2, 0, 0, 1]])},
+            "group_advantages: success must be boolean (or 0/1 integers), got 2",
+        ),
     ],
     ids=["gamma_nan", "gamma_inf", "gamma_negative", "eps_nan", "success_float", "success_int_2"],
 )
@@ -35,7 +41,9 @@ def test_group_advantages_refuses(kwargs: dict[str, Any], message: str) -> None:
 
 
 def test_inf_reward_refused_by_group_advantages() -> None:
-    with pytest.raises(ValueError, match=r"rewards must be finite or NaN \(unscorable\), got inf at \(p, g\) = \(0, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"rewards must be finite or NaN \(unscorable\), got inf at \(p, g\) = \(0, 2\)"
+    ):
         group_advantages(torch.tensor([[1.0, 0.0, math.inf]]), gamma=0.5)
 
 
@@ -58,7 +66,9 @@ def test_pass_at_k_refuses_probabilities() -> None:
     with pytest.raises(ValueError, match=r"got 3$"):
         metric.update(torch.tensor([[3, 0]]))
     metric.update(torch.tensor([[1, 0], [0, 0]]))  # 0/1 integers are verdicts
-    assert {k: round(float(v), 3) for k, v in metric.compute().items()} == {"pass_at_1": 0.25, "pass_at_2": 0.5}
+    result = metric.compute()
+    assert isinstance(result, dict)
+    assert {k: round(float(v), 3) for k, v in result.items()} == {"pass_at_1": 0.25, "pass_at_2": 0.5}
 
 
 def test_pass_at_k_refuses_fractional_counts() -> None:
@@ -69,8 +79,14 @@ def test_pass_at_k_refuses_fractional_counts() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ({"epsilon": 1.5}, "--model.epsilon must be in [0, 1], got 1.5 (the ratio's lower clip bound 1 - epsilon would be negative)"),
-        ({"epsilon": -0.1}, "--model.epsilon must be in [0, 1], got -0.1 (the ratio's lower clip bound 1 - epsilon would be negative)"),
+        (
+            {"epsilon": 1.5},
+            "--model.epsilon must be in [0, 1], got 1.5 (the ratio's lower clip bound 1 - epsilon would be negative)",
+        ),
+        (
+            {"epsilon": -0.1},
+            "--model.epsilon must be in [0, 1], got -0.1 (the ratio's lower clip bound 1 - epsilon would be negative)",
+        ),
         ({"epsilon_high": -1.0}, "--model.epsilon_high must be >= 0, got -1.0"),
         ({"adam_betas": (0.9, 1.0)}, "--model.adam_betas[1] must be in [0, 1), got 1.0"),
         ({"adam_betas": (-0.1, 0.9)}, "--model.adam_betas[0] must be in [0, 1), got -0.1"),
@@ -80,7 +96,18 @@ def test_pass_at_k_refuses_fractional_counts() -> None:
         ({"gamma": math.nan}, "--model.gamma must be finite, got nan"),
         ({"max_grad_norm": math.nan}, "--model.max_grad_norm must be finite, got nan"),
     ],
-    ids=["eps_above_1", "eps_negative", "eps_high_negative", "beta2_1", "beta1_negative", "betas_len", "lr_nan", "temp_inf", "gamma_nan", "clip_nan"],
+    ids=[
+        "eps_above_1",
+        "eps_negative",
+        "eps_high_negative",
+        "beta2_1",
+        "beta1_negative",
+        "betas_len",
+        "lr_nan",
+        "temp_inf",
+        "gamma_nan",
+        "clip_nan",
+    ],
 )
 def test_module_numbers_refused_by_flag(args: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:

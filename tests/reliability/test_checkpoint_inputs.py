@@ -94,11 +94,16 @@ def test_model_shape_change_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["file", "last"])
-def test_other_settings_config_wins_for_file_and_last(tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_other_settings_config_wins_for_file_and_last(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
     path = save(tmp_path / "last.ckpt", datamodule_hyper_parameters={"num_train": 300, "seed": 0})
     with caplog.at_level(logging.WARNING):
         got = resolve_resume(
-            str(path) if how == "file" else "last", trainer_for(tmp_path), {**HPARAMS, "lr": 2e-3}, {"num_train": 200, "seed": 0}
+            str(path) if how == "file" else "last",
+            trainer_for(tmp_path),
+            {**HPARAMS, "lr": 2e-3},
+            {"num_train": 200, "seed": 0},
         )
     assert got == str(path)
     assert (

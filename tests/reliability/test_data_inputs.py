@@ -24,19 +24,43 @@ GOOD = json.dumps({"prompt": "p", "answer": "1"})
 
 # (name, file bytes, the exact message after "<path>:")
 JSONL_CASES = [
-    ("latin1", (GOOD + "\n" + '{"prompt": "caf\xe9", "answer": "1"}\n').encode("latin-1"), "2: not UTF-8 (byte 0xe9 at column 16)"),
+    (
+        "latin1",
+        (GOOD + "\n" + '{"prompt": "caf\xe9", "answer": "1"}\n').encode("latin-1"),
+        "2: not UTF-8 (byte 0xe9 at column 16)",
+    ),
     ("bom_in_middle", (GOOD + "\n").encode() + b"\xff\xfe\n", "2: not UTF-8 (byte 0xff at column 1)"),
-    ("duplicate_key", (GOOD + '\n{"prompt": "a", "answer": "1", "answer": "2"}\n').encode(), "2: duplicate key 'answer' in one JSON object"),
-    ("nested_duplicate", b'{"prompt": "a", "answer": "1", "meta": {"k": 1, "k": 2}}\n', "1: duplicate key 'k' in one JSON object"),
+    (
+        "duplicate_key",
+        (GOOD + '\n{"prompt": "a", "answer": "1", "answer": "2"}\n').encode(),
+        "2: duplicate key 'answer' in one JSON object",
+    ),
+    (
+        "nested_duplicate",
+        b'{"prompt": "a", "answer": "1", "meta": {"k": 1, "k": 2}}\n',
+        "1: duplicate key 'k' in one JSON object",
+    ),
     ("answer_list", b'{"prompt": "a", "answer": [1, 2]}\n', "1: field 'answer' must be a string, got list [1, 2]"),
     ("answer_int", b'{"prompt": "a", "answer": 3}\n', "1: field 'answer' must be a string, got int 3"),
     ("answer_float", b'{"prompt": "a", "answer": 0.1}\n', "1: field 'answer' must be a string, got float 0.1"),
     ("answer_bool", b'{"prompt": "a", "answer": true}\n', "1: field 'answer' must be a string, got bool True"),
     ("answer_dict", b'{"prompt": "a", "answer": {"x": 1}}\n', "1: field 'answer' must be a string, got dict {'x': 1}"),
-    ("prompt_number", b'{"prompt": 5, "answer": "1"}\n', "1: field 'prompt' must be a string or a list of chat messages, got int"),
-    ("top_level_list", b'[1, 2]\n', "1: expected a JSON object, got list"),
-    ("answer_null", b'{"prompt": "a", "answer": null}\n', "1: missing field(s) ['answer'] (present: ['answer', 'prompt'])"),
-    ("truncated_line", (GOOD + '\n{"prompt": "a", "ans').encode(), "2: malformed JSON (Unterminated string starting at, column 17)"),
+    (
+        "prompt_number",
+        b'{"prompt": 5, "answer": "1"}\n',
+        "1: field 'prompt' must be a string or a list of chat messages, got int",
+    ),
+    ("top_level_list", b"[1, 2]\n", "1: expected a JSON object, got list"),
+    (
+        "answer_null",
+        b'{"prompt": "a", "answer": null}\n',
+        "1: missing field(s) ['answer'] (present: ['answer', 'prompt'])",
+    ),
+    (
+        "truncated_line",
+        (GOOD + '\n{"prompt": "a", "ans').encode(),
+        "2: malformed JSON (Unterminated string starting at, column 17)",
+    ),
 ]
 
 

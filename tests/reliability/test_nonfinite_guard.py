@@ -11,22 +11,26 @@ from lit_fgrpo.errors import ConfigError, NonFiniteError, UserError
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard, first_nonfinite
 
 
-def train(poison: dict[int, str], max_skips: int = 3, steps: int = 6) -> tuple[torch.nn.Module, list[dict], NonFiniteGuard]:
+def train(
+    poison: dict[int, str], max_skips: int = 3, steps: int = 6
+) -> tuple[torch.nn.Module, list[dict[str, torch.Tensor]], NonFiniteGuard]:
     """SGD on a linear model; ``poison[step]`` injects a NaN gradient (``"grad"``) or an inf loss (``"loss"``)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    second = torch.nn.Linear(2, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), second)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     guard = NonFiniteGuard(max_consecutive=max_skips)
     snapshots = []
     x = torch.randn(8, 3)
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
-        loss = model(x).pow(2).mean()
+        loss = model(x).pow(2).mean()  # (,)
         if poison.get(step) == "loss":
             loss = loss * math.inf
         loss.backward()
         if poison.get(step) == "grad":
-            model[1].weight.grad[0, 0] = math.nan  # type: ignore[index]
+            assert second.weight.grad is not None
+            second.weight.grad[0, 0] = math.nan
         if guard.check(step, loss.detach(), model.named_parameters()):
             optimizer.step()
         else:

@@ -19,7 +19,7 @@ PROMPTS = ["p"] * 4
 COMPLETIONS = ["ok", "inf", "nan", "ok"]
 
 
-def by_text(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+def by_text(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
     table = {"ok": 1.0, "inf": math.inf, "-inf": -math.inf, "nan": math.nan, "zero": 0.0}
     return [table[c] for c in completions]
 
@@ -48,7 +48,7 @@ def test_nonfinite_verdict_is_unjudged() -> None:
     assert result.correct.tolist() == [True, False, False, True] and result.num_unjudged == 2
 
 
-def hang_on_slow(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+def hang_on_slow(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
     if "slow" in completions:
         time.sleep(30)
     return [1.0] * len(completions)
@@ -69,7 +69,7 @@ def test_process_timeout_kills_the_worker() -> None:
     assert scores == [1.0, None] and failed == 1
 
 
-def crash_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+def crash_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
     if "boom" in completions:
         os._exit(11)  # a crash no try/except can catch, like a segfault in a C extension
     return [0.5] * len(completions)
@@ -81,7 +81,7 @@ def test_process_isolation_survives_a_crashing_reward() -> None:
     assert scores == [0.5, None, 0.5] and failed == 1 and counts == {"nonfinite": 0, "timed_out": 1}
 
 
-def alarm_based(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+def alarm_based(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
     """Like math-verify: a signal.alarm timeout, which only works in the main thread of a process."""
     signal.signal(signal.SIGALRM, lambda *_: None)
     signal.alarm(5)
