@@ -190,3 +190,11 @@ def test_console_bad_data_row_exits_2(config: Path) -> None:
         f"error: {data}:2: field 'answer' must be a string, got list [1]",
         "hint: write the answer as a string (numbers can be converted with non_string_answers='str')",
     ]
+
+
+def test_cli_installs_atomic_checkpoint_writes(config: Path) -> None:
+    from lit_fgrpo.checkpointing import AtomicCheckpointIO
+    from lit_fgrpo.cli import cli_main
+
+    cli = cli_main(["--config", str(config)], run=False)
+    assert isinstance(cli.trainer.strategy.checkpoint_io, AtomicCheckpointIO)
