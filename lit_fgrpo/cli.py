@@ -7,6 +7,13 @@
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
+
+Errors: a user mistake (see :mod:`lit_fgrpo.errors` and :func:`user_error_message`) prints one ``error: ...`` line,
+at most one ``hint: ...`` line, and exits with status 2. ``--debug`` (anywhere on the command line) or
+``LIT_FGRPO_DEBUG=1`` shows the full traceback instead. Any other exception is a bug and keeps its traceback.
+
+Resuming (``--ckpt_path FILE`` or ``--ckpt_path last``): the checkpoint is checked before use, and the config's model
+and data settings win over the checkpoint's; see :mod:`lit_fgrpo.checkpointing`.
 """
 
 from __future__ import annotations
@@ -19,16 +26,42 @@ from typing import Any
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from lit_fgrpo.cli_errors import config_paths, precheck_config_files, user_error_message
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
 from lit_fgrpo.module import FGRPOModule
 
+DEBUG_ENV = "LIT_FGRPO_DEBUG"
+"""Set to ``1`` to show full tracebacks for user errors (same as ``--debug``)."""
+
 
 class FGRPOCLI(LightningCLI):
-    """LightningCLI with the tokenizer shared between model and data."""
+    """LightningCLI with the tokenizer shared between model and data, checked resumes and atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("model.tokenizer", "data.tokenizer_path")
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI replaces the model's config by the checkpoint's hparams for a file, not for "last": we never
+        # replace, and compare both kinds in after_instantiate_classes instead (the config wins; shape changes refuse).
+        return
+
+    def after_instantiate_classes(self) -> None:
+        from lit_fgrpo.checkpointing import install_atomic_checkpoint_io, resolve_resume
+
+        super().after_instantiate_classes()
+        if getattr(self, "trainer", None) is None:
+            return
+        install_atomic_checkpoint_io(self.trainer)
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        init = self.config_init[subcommand]
+        ckpt_path = init.get("ckpt_path")
+        if ckpt_path:
+            init["ckpt_path"] = resolve_resume(
+                ckpt_path, self.trainer, self.config[subcommand].get("model"), self.config[subcommand].get("data")
+            )
 
 
 def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> FGRPOCLI:
@@ -48,15 +81,33 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
         save_config_callback=MLflowSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         trainer_defaults=trainer_defaults,
-        parser_kwargs={"parser_mode": "omegaconf"},
+        parser_kwargs={"parser_mode": "omegaconf"} | kwargs.pop("parser_kwargs", {}),
         seed_everything_default=0,
         **kwargs,
     )
 
 
+def _run_fit_cli(words: list[str], debug: bool, from_argv: bool) -> int:
+    # Parse errors raise (instead of printing usage and exiting) so that they can be reported in one line.
+    quiet = {"exit_on_error": False}
+    parser_kwargs: dict[str, Any] = quiet | {name: quiet for name in LightningCLI.subcommands()}
+    try:
+        precheck_config_files(words)
+        cli_main(None if from_argv else words, parser_kwargs=parser_kwargs)
+    except Exception as err:
+        message = None if debug else user_error_message(err, config_paths(words))
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point ``lit-fgrpo``."""
+    """Console entry point ``lit-fgrpo``: 0 on success, 2 on a user mistake (one ``error:`` line)."""
     words = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in words or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    words = [word for word in words if word != "--debug"]
     if words and words[0] == "simulate":
         from lit_fgrpo.theory.simulate_cli import main as simulate_main
 
@@ -65,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         from lit_fgrpo.experiments.maze_sweep import main as sweep_main
 
         return sweep_main(words[1:])
-    cli_main(None if argv is None else words)
-    return 0
+    if argv is None:
+        sys.argv[1:] = words  # LightningCLI warns when args and sys.argv both carry arguments
+    return _run_fit_cli(words, debug, from_argv=argv is None)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from torch import Tensor
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.objectives import AdvantageScale, LossType, focal_weight, group_advantages, group_success_rate
+from lit_fgrpo.objectives.hparam_checks import check_module_numbers
 from lit_fgrpo.objectives.mismatch import logprob_mismatch, truncated_importance_weights
 from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
@@ -133,6 +134,7 @@ class FGRPOModule(L.LightningModule):
 
     @staticmethod
     def _validate(args: dict[str, Any]) -> None:
+        check_module_numbers(args)  # finite floats, epsilon in [0, 1], betas in [0, 1)
         checks = [
             (args["gamma"] >= 0, f"--model.gamma must be >= 0, got {args['gamma']}"),
             (

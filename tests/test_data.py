@@ -60,7 +60,8 @@ def make_records(n: int) -> list[PromptRecord]:
 
 def test_read_jsonl_columns_and_blank_lines(tmp_path: Path) -> None:
     path = write_jsonl(
-        tmp_path / "d.jsonl", [{"prompt": "one plus two", "answer": "3", "level": 2}, "", {"prompt": "a", "answer": 1}]
+        tmp_path / "d.jsonl",
+        [{"prompt": "one plus two", "answer": "3", "level": 2}, "", {"prompt": "a", "answer": "1"}],
     )
     examples = read_jsonl(path)
     assert [e.question for e in examples] == ["one plus two", "a"]

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lit_fgrpo.errors import DataError
+
 log = logging.getLogger(__name__)
+
+NonStringAnswers = Literal["error", "str"]
+"""What to do with a required column (the answer) that is not a string: ``"error"`` (default) refuses the row naming
+its file, line and type; ``"str"`` converts numbers with ``str()`` (``3`` -> ``"3"``, ``0.5`` -> ``"0.5"``) and logs how
+many rows were converted. Lists, dicts and booleans are always refused: their ``str()`` is never a meant answer."""
 
 TooLongPolicy = Literal["error", "truncate_left", "skip"]
 """What to do with a prompt longer than ``max_prompt_length`` tokens."""
@@ -52,61 +59,124 @@ class PromptRecord:
     same on any rank layout), from which the sampling seed derives; ``None`` outside a stream."""
 
 
-def _check_row(row: Any, where: str, prompt_field: str, required_columns: Sequence[str], index: int) -> SourceExample:
+def _check_row(
+    row: Any,
+    where: str,
+    prompt_field: str,
+    required_columns: Sequence[str],
+    index: int,
+    non_string: NonStringAnswers = "error",
+) -> SourceExample:
     if not isinstance(row, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     missing = [name for name in (prompt_field, *required_columns) if name not in row or row[name] is None]
     if missing:
-        raise ValueError(f"{where}: missing field(s) {missing} (present: {sorted(row)})")
+        raise DataError(f"{where}: missing field(s) {missing} (present: {sorted(row)})")
     question = row[prompt_field]
     is_messages = isinstance(question, list) and all(isinstance(m, dict) and "content" in m for m in question)
     if not (isinstance(question, str) or is_messages):
-        raise ValueError(f"{where}: field {prompt_field!r} must be a string or a list of chat messages")
+        raise DataError(
+            f"{where}: field {prompt_field!r} must be a string or a list of chat messages, got {type(question).__name__}"
+        )
     columns = {name: value for name, value in row.items() if name != prompt_field}
+    for name in required_columns:
+        value = columns[name]
+        if isinstance(value, str):
+            continue
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if non_string == "str" and is_number:
+            columns[name] = str(value)
+            continue
+        raise DataError(
+            f"{where}: field {name!r} must be a string, got {type(value).__name__} {value!r}",
+            hint="write the answer as a string (numbers can be converted with non_string_answers='str')",
+        )
     return SourceExample(question=question, columns=columns, index=index)
 
 
 def _nonempty(examples: list[SourceExample], source: str) -> list[SourceExample]:
     if not examples:
-        raise ValueError(f"{source}: the dataset is empty")
+        raise DataError(f"{source}: the dataset is empty")
     return examples
 
 
+def _log_conversions(
+    raw_rows: Sequence[Any], examples: Sequence[SourceExample], columns: Sequence[str], src: str
+) -> None:
+    converted = sum(
+        1
+        for row, ex in zip(raw_rows, examples)
+        for name in columns
+        if isinstance(row, dict) and not isinstance(row.get(name), str) and isinstance(ex.columns.get(name), str)
+    )
+    if converted:
+        log.warning("%s: converted %d non-string value(s) of %s to strings with str()", src, converted, list(columns))
+
+
+def _refuse_duplicate_keys(where: str) -> Any:
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise DataError(f"{where}: duplicate key {key!r} in one JSON object")
+            seen[key] = value
+        return seen
+
+    return hook
+
+
 def read_jsonl(
-    path: str | Path, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+    path: str | Path,
+    prompt_field: str = "prompt",
+    required_columns: Sequence[str] = ("answer",),
+    non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
-    """Read one JSON object per line; blank lines are allowed and ignored.
+    """Read one UTF-8 JSON object per line; blank lines are allowed and ignored.
 
     Raises:
         FileNotFoundError: If the file does not exist.
-        ValueError: ``"<path>:<line>: ..."`` for malformed JSON or a missing field, or if the file has no rows.
+        DataError: ``"<path>:<line>: ..."`` for a non-UTF-8 byte, malformed JSON, a duplicated key, a missing field or
+            a field of the wrong type (see :data:`NonStringAnswers`), or if the file has no rows.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no such JSONL file: {path}")
     examples: list[SourceExample] = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
+    raw_rows: list[Any] = []
+    with path.open("rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
             where = f"{path}:{line_number}"
             try:
-                row = json.loads(line)
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(
+                    f"{where}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})",
+                    hint="re-encode the file as UTF-8",
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line, object_pairs_hook=_refuse_duplicate_keys(where))
             except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
-            examples.append(_check_row(row, where, prompt_field, required_columns, len(examples)))
+                raise DataError(f"{where}: malformed JSON ({err.msg}, column {err.colno})") from None
+            raw_rows.append(row)
+            examples.append(_check_row(row, where, prompt_field, required_columns, len(examples), non_string_answers))
+    _log_conversions(raw_rows, examples, required_columns, str(path))
     return _nonempty(examples, str(path))
 
 
 def read_parquet(
-    path: str | Path, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+    path: str | Path,
+    prompt_field: str = "prompt",
+    required_columns: Sequence[str] = ("answer",),
+    non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
     """Read a Parquet file with ``pyarrow``; errors name the file and the 1-based row.
 
     Raises:
         ImportError: If ``pyarrow`` is not installed.
         FileNotFoundError: If the file does not exist.
-        ValueError: If a column is missing or the file has no rows.
+        DataError: If the file is not Parquet, a column is missing, a row is bad, or the file has no rows.
     """
     path = Path(path)
     if not path.is_file():
@@ -115,42 +185,94 @@ def read_parquet(
         import pyarrow.parquet as pq
     except ImportError as err:
         raise ImportError("reading Parquet needs pyarrow: pip install 'lit_fgrpo[dev]' or pip install pyarrow") from err
-    table = pq.read_table(path)
+    check_parquet_file(path)
+    try:
+        table = pq.read_table(path)
+    except Exception as err:  # pyarrow raises ArrowInvalid / OSError for damaged files
+        raise DataError(f"{path}: unreadable Parquet file ({type(err).__name__}: {err})") from None
     missing = [name for name in (prompt_field, *required_columns) if name not in table.column_names]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} (present: {table.column_names})")
+        raise DataError(f"{path}: missing column(s) {missing} (present: {table.column_names})")
     rows = table.to_pylist()
     examples = [
-        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i) for i, row in enumerate(rows)
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
+        for i, row in enumerate(rows)
     ]
+    _log_conversions(rows, examples, required_columns, str(path))
     return _nonempty(examples, str(path))
 
 
+def check_parquet_file(path: str | Path) -> None:
+    """Refuse a file that is not Parquet (it must start and end with the ``PAR1`` magic), naming it.
+
+    Raises:
+        DataError: If the file is too short or lacks the magic bytes.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        handle.seek(max(size - 4, 0))
+        tail = handle.read(4)
+    if size < 12 or head != b"PAR1" or tail != b"PAR1":
+        raise DataError(f"{path}: not a Parquet file (no PAR1 magic at its start and end; {size} bytes)")
+
+
 def read_disk_dataset(
-    path: str | Path, split: str, prompt_field: str = "prompt", required_columns: Sequence[str] = ("answer",)
+    path: str | Path,
+    split: str,
+    prompt_field: str = "prompt",
+    required_columns: Sequence[str] = ("answer",),
+    non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
     """Read a Hugging Face ``datasets`` folder written by ``save_to_disk`` (a Dataset or one split of a DatasetDict).
 
     Raises:
         ImportError: If ``datasets`` is not installed.
-        ValueError: If the split or a column is missing or the dataset is empty.
+        FileNotFoundError: If the folder does not exist.
+        DataError: If the folder is not a ``save_to_disk`` folder, the split or a column is missing, a row is bad, or
+            the dataset is empty.
     """
     try:
         import datasets
     except ImportError as err:
         raise ImportError("source='disk' needs the 'datasets' package: pip install datasets") from err
-    loaded = datasets.load_from_disk(str(path))
+    check_dataset_folder(path)
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except Exception as err:  # damaged arrow files, bad JSON metadata
+        raise DataError(f"{path}: unreadable datasets folder ({type(err).__name__}: {err})") from None
     if isinstance(loaded, datasets.DatasetDict):
         if split not in loaded:
-            raise ValueError(f"{path}: no split {split!r} (splits: {list(loaded)})")
+            raise DataError(f"{path}: no split {split!r} (splits: {list(loaded)})")
         loaded = loaded[split]
     missing = [name for name in (prompt_field, *required_columns) if name not in loaded.column_names]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} (present: {loaded.column_names})")
+        raise DataError(f"{path}: missing column(s) {missing} (present: {loaded.column_names})")
+    rows = list(loaded)
     examples = [
-        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i) for i, row in enumerate(loaded)
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
+        for i, row in enumerate(rows)
     ]
+    _log_conversions(rows, examples, required_columns, str(path))
     return _nonempty(examples, str(path))
+
+
+def check_dataset_folder(path: str | Path) -> None:
+    """Refuse a path that is not a ``datasets`` ``save_to_disk`` folder, naming it.
+
+    Raises:
+        FileNotFoundError: If nothing is at ``path``.
+        DataError: If ``path`` is a file, or a folder without ``dataset_info.json`` / ``dataset_dict.json``.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such datasets folder: {path}")
+    if not path.is_dir():
+        raise DataError(f"{path}: not a datasets folder (a file; source='disk' wants a save_to_disk folder)")
+    markers = ("dataset_info.json", "dataset_dict.json", "state.json")
+    if not any((path / marker).is_file() for marker in markers):
+        raise DataError(f"{path}: not a datasets folder (none of {list(markers)} inside; written by save_to_disk?)")
 
 
 def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
@@ -160,7 +282,7 @@ def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
 
     Raises:
         ImportError: If ``reasoning_gym`` is not installed.
-        ValueError: If no dataset has that name.
+        DataError: If no dataset has that name.
     """
     try:
         import reasoning_gym
@@ -168,7 +290,7 @@ def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
     except ImportError as err:
         raise ImportError("source='reasoning_gym' needs reasoning-gym: pip install 'lit_fgrpo[reasoning-gym]'") from err
     if name not in DATASETS:
-        raise ValueError(f"unknown reasoning-gym dataset {name!r}; e.g. {sorted(DATASETS)[:8]}")
+        raise DataError(f"unknown reasoning-gym dataset {name!r}; e.g. {sorted(DATASETS)[:8]}")
     dataset = reasoning_gym.create_dataset(name, seed=seed, size=size)
     examples = [
         SourceExample(question=entry["question"], columns={"answer": entry["answer"], "entry": entry}, index=i)
@@ -242,7 +364,7 @@ def render_records(
         source: Name used in messages.
 
     Raises:
-        ValueError: If a prompt is too long under ``"error"``, or every prompt was skipped.
+        DataError: If a prompt is too long under ``"error"``, or every prompt was skipped.
     """
     templated = bool(getattr(tokenizer, "chat_template", None))
     bos = getattr(tokenizer, "bos_token", None)
@@ -261,7 +383,7 @@ def render_records(
         if len(ids) > max_prompt_length:
             num_too_long += 1
             if too_long == "error":
-                raise ValueError(
+                raise DataError(
                     f"{source}: prompt {example.index} has {len(ids)} tokens > max_prompt_length={max_prompt_length} "
                     "(raise max_prompt_length or set too_long='skip' / 'truncate_left')"
                 )
@@ -281,7 +403,7 @@ def render_records(
             action,
         )
     if not records:
-        raise ValueError(f"{source}: all {len(examples)} prompts exceed max_prompt_length={max_prompt_length}")
+        raise DataError(f"{source}: all {len(examples)} prompts exceed max_prompt_length={max_prompt_length}")
     return records
 
 

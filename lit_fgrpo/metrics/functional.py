@@ -26,8 +26,12 @@ def pass_at_k(num_samples: Tensor | int, num_correct: Tensor | int, k: int) -> T
     """
     if int(k) != k or k < 1:
         raise ValueError(f"pass_at_k: k must be an integer >= 1, got {k}")
-    n = torch.as_tensor(num_samples).to(torch.float64)
-    c = torch.as_tensor(num_correct).to(torch.float64)
+    n_in, c_in = torch.as_tensor(num_samples), torch.as_tensor(num_correct)
+    for name, value in (("num_samples", n_in), ("num_correct", c_in)):
+        if value.is_floating_point() and not bool((value == value.round()).all()):
+            raise ValueError(f"pass_at_k: {name} must be whole counts, got a non-integer value (a probability?)")
+    n = n_in.to(torch.float64)
+    c = c_in.to(torch.float64)
     if bool((n < k).any()):
         raise ValueError(f"pass_at_k: every num_samples must be >= k={k}, got min n = {int(n.min())}")
     if bool((c < 0).any()) or bool((c > n).any()):

@@ -9,6 +9,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from lit_fgrpo.metrics.functional import count_true_per_row, pass_at_k
+from lit_fgrpo.objectives.advantages import check_verdicts
 
 
 class PassAtK(Metric):
@@ -48,9 +49,16 @@ class PassAtK(Metric):
         self.add_state("num_problems", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, correct: Tensor) -> None:  # type: ignore[override]
-        """Add P problems with n samples each; ``correct`` is (P, n) bool."""
+        """Add P problems with n samples each; ``correct`` is (P, n) bool (0/1 integers are accepted).
+
+        Raises:
+            ValueError: If ``correct`` is not 2-D, holds floats (probabilities are not verdicts) or values outside
+                {0, 1}, or has fewer than k samples per problem.
+        """
         if correct.dim() != 2:
             raise ValueError(f"PassAtK.update: correct must be (P, n), got shape {tuple(correct.shape)}")
+        check_verdicts("PassAtK.update: correct", correct)
+        correct = correct.to(torch.bool)
         n = correct.shape[1]
         if n < max(self.ks):
             raise ValueError(f"PassAtK.update: {n} samples per problem is fewer than k={max(self.ks)}")

@@ -16,10 +16,13 @@ function. Like the focal weight, these assume binary correctness verdicts.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
+
+from lit_fgrpo.errors import ConfigError
 
 if TYPE_CHECKING:
     from lit_fgrpo.objectives.group_weights import GroupWeight
@@ -38,8 +41,8 @@ def focal_weight(success_rate: Tensor, gamma: float) -> Tensor:
     Returns:
         A tensor of the same shape as ``success_rate``, in [0, 1].
     """
-    if gamma < 0:
-        raise ValueError(f"focal_weight: gamma must be >= 0, got {gamma}")
+    if not math.isfinite(gamma) or gamma < 0:
+        raise ConfigError(f"focal_weight: gamma must be finite and >= 0, got {gamma}")
     success_rate = torch.as_tensor(success_rate)
     if not success_rate.is_floating_point():
         success_rate = success_rate.float()
@@ -58,12 +61,34 @@ def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | N
         raise ValueError(
             f"group_advantages: success shape {tuple(success.shape)} does not match rewards shape {tuple(rewards.shape)}"
         )
-    if gamma < 0:
-        raise ValueError(f"group_advantages: gamma must be >= 0, got {gamma}")
-    if eps <= 0:
-        raise ValueError(f"group_advantages: eps must be > 0, got {eps}")
+    if not math.isfinite(gamma) or gamma < 0:
+        raise ConfigError(f"group_advantages: gamma must be finite and >= 0, got {gamma}")
+    if not math.isfinite(eps) or eps <= 0:
+        raise ConfigError(f"group_advantages: eps must be finite and > 0, got {eps}")
     if scale not in _SCALES:
-        raise ValueError(f"group_advantages: scale must be one of {_SCALES}, got {scale!r}")
+        raise ConfigError(f"group_advantages: scale must be one of {_SCALES}, got {scale!r}")
+    if rewards.is_floating_point() and bool(torch.isinf(rewards).any()):
+        where = tuple(int(i) for i in torch.isinf(rewards).nonzero()[0])
+        raise ValueError(f"group_advantages: rewards must be finite or NaN (unscorable), got inf at (p, g) = {where}")
+    if success is not None:
+        check_verdicts("group_advantages: success", success)
+
+
+def check_verdicts(name: str, verdicts: Tensor) -> None:
+    """Refuse verdicts that are not boolean: a bool tensor, or integers that are all 0 or 1.
+
+    A float tensor (a probability, a reward) is refused even when it holds only 0.0 and 1.0: a verdict is a yes/no.
+
+    Raises:
+        ValueError: Naming ``name``, the dtype, or the first value outside {0, 1}.
+    """
+    if verdicts.dtype == torch.bool:
+        return
+    if verdicts.is_floating_point() or verdicts.is_complex():
+        raise ValueError(f"{name} must be boolean (or 0/1 integers), got dtype {verdicts.dtype}")
+    outside = (verdicts != 0) & (verdicts != 1)
+    if bool(outside.any()):
+        raise ValueError(f"{name} must be boolean (or 0/1 integers), got {int(verdicts[outside][0])}")
 
 
 def group_success_rate(success: Tensor, valid: Tensor) -> Tensor:

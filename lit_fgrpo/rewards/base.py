@@ -3,6 +3,11 @@
 A reward function is ``f(prompts, completions, **columns) -> list[float | None]``; every argument is a list with
 one entry per completion (B rows). ``None`` means "cannot score this row". As in TRL, the total reward is the
 weighted sum over functions that skips ``None`` (NaN), and is NaN only when every function gave ``None``.
+
+Unscorable rows: a function that raises, returns ``None``, NaN or +-inf, times out (``reward_timeout``), or crashes
+its worker process (``reward_isolation="process"``) makes that row ``None`` for that function; the rows are counted in
+:attr:`RewardResult.num_failed` and logged, and an all-``None`` row gets advantage 0 downstream. A non-finite reward
+never reaches the advantages.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ import importlib
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import Tensor
+
+from lit_fgrpo.rewards.guarded_call import Isolation, RewardCrash, RewardTimeout, call_with_timeout
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,10 @@ class RewardResult:
     """Reward-function name -> rows it raised on or returned ``None``/NaN for."""
     num_unjudged: int = 0
     """Rows whose correctness verdict was ``None`` (counted as incorrect)."""
+    num_nonfinite: dict[str, int] = field(default_factory=dict)
+    """Reward-function name -> rows it returned NaN or +-inf for (also counted in ``num_failed``)."""
+    num_timed_out: dict[str, int] = field(default_factory=dict)
+    """Reward-function name -> rows whose call timed out or crashed its worker (also counted in ``num_failed``)."""
 
 
 def reward_name(fn: Any) -> str:
@@ -47,11 +58,15 @@ def reward_name(fn: Any) -> str:
     return str(getattr(fn, "__name__", None) or type(fn).__name__)
 
 
-def _as_score(value: Any) -> float | None:
+_NONFINITE = object()
+"""Marks a NaN/inf value until it is counted and turned into ``None``."""
+
+
+def _as_score(value: Any) -> Any:
     if value is None:
         return None
     score = float(value)
-    return None if math.isnan(score) else score
+    return score if math.isfinite(score) else _NONFINITE
 
 
 def _call_checked(fn: RewardFn, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]) -> list[Any]:
@@ -61,17 +76,47 @@ def _call_checked(fn: RewardFn, prompts: list[str], completions: list[str], colu
     return [_as_score(v) for v in values]
 
 
+def _call_guarded(
+    fn: RewardFn,
+    prompts: list[str],
+    completions: list[str],
+    columns: dict[str, list[Any]],
+    timeout: float | None,
+    isolation: Isolation,
+) -> list[Any]:
+    scores = call_with_timeout(lambda: _call_checked(fn, prompts, completions, columns), timeout, isolation)
+    # A worker process cannot send the sentinel object back as itself: it arrives as a copy.
+    return [_NONFINITE if s is not None and not isinstance(s, float) else s for s in scores]
+
+
 def run_reward(
-    fn: RewardFn, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
+    fn: RewardFn,
+    prompts: list[str],
+    completions: list[str],
+    columns: dict[str, list[Any]],
+    timeout: float | None = None,
+    isolation: Isolation = "thread",
+    counts: dict[str, int] | None = None,
 ) -> tuple[list[float | None], int]:
-    """Call ``fn`` on the batch; if it raises, retry row by row so that only failing rows get ``None``.
+    """Call ``fn`` on the batch; if it raises or times out, retry row by row so that only failing rows get ``None``.
+
+    Args:
+        fn: The reward function.
+        prompts: (B,) prompts.
+        completions: (B,) completions.
+        columns: Name -> (B,) values.
+        timeout: Seconds each call may take (the batch call, then each row's); ``None`` = no limit.
+        isolation: ``"thread"`` or ``"process"`` (see :mod:`lit_fgrpo.rewards.guarded_call`); used with a timeout.
+        counts: If given, receives ``"nonfinite"`` and ``"timed_out"`` row counts.
 
     Returns:
-        The (B,) scores and the number of ``None`` rows. Failures are logged as warnings, never raised.
+        The (B,) scores and the number of ``None`` rows (raised, ``None``, non-finite, timed out or crashed).
+        Failures are logged as warnings, never raised.
     """
     name = reward_name(fn)
+    num_timed_out = 0
     try:
-        scores = _call_checked(fn, prompts, completions, columns)
+        scores = _call_guarded(fn, prompts, completions, columns, timeout, isolation)
     except Exception as batch_error:  # a reward function must never crash training
         log.warning("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
         scores = []
@@ -79,17 +124,32 @@ def run_reward(
         for i in range(len(prompts)):
             row_columns = {key: values[i : i + 1] for key, values in columns.items()}
             try:
-                scores.extend(_call_checked(fn, prompts[i : i + 1], completions[i : i + 1], row_columns))
+                scores.extend(
+                    _call_guarded(fn, prompts[i : i + 1], completions[i : i + 1], row_columns, timeout, isolation)
+                )
             except Exception as row_error:
                 scores.append(None)
                 last_error = row_error
+                num_timed_out += isinstance(row_error, RewardTimeout | RewardCrash)
         num_raised = sum(score is None for score in scores)
         if last_error is not None:
             log.warning(
-                "reward %r failed on %d of %d completions (last: %r)", name, num_raised, len(prompts), last_error
+                "reward %r failed on %d of %d completions (%d timed out or crashed; last: %r)",
+                name,
+                num_raised,
+                len(prompts),
+                num_timed_out,
+                last_error,
             )
-    num_failed = sum(score is None for score in scores)
-    return scores, num_failed
+    num_nonfinite = sum(score is _NONFINITE for score in scores)
+    if num_nonfinite:
+        log.warning(
+            "reward %r returned NaN or inf for %d of %d completions: unscorable", name, num_nonfinite, len(scores)
+        )
+    clean: list[float | None] = [None if s is _NONFINITE else s for s in scores]
+    if counts is not None:
+        counts["nonfinite"], counts["timed_out"] = num_nonfinite, num_timed_out
+    return clean, sum(score is None for score in clean)
 
 
 def _to_tensor(scores: Sequence[float | None]) -> Tensor:
@@ -104,6 +164,8 @@ def score_completions(
     weights: Sequence[float] | None = None,
     correctness_fn: RewardFn | None = None,
     correct_threshold: float = 0.5,
+    reward_timeout: float | None = None,
+    reward_isolation: Isolation = "thread",
 ) -> RewardResult:
     """Score B completions with several weighted reward functions and one correctness verdict.
 
@@ -117,6 +179,9 @@ def score_completions(
         correctness_fn: The verdict that defines mu_hat, kept apart from shaping terms. If it is one of
             ``reward_funcs`` its values are reused; ``None`` judges by the total reward.
         correct_threshold: A row is correct when the verdict is ``>= correct_threshold``.
+        reward_timeout: Seconds one reward call may take before its rows become unscorable; ``None`` = no limit.
+        reward_isolation: ``"thread"`` (thread-safe functions) or ``"process"`` (not thread-safe, e.g. math-verify's
+            signal-based timeout, or able to crash the interpreter); used only with ``reward_timeout``.
 
     Raises:
         ValueError: If lengths disagree or no reward function is given (caller errors, not reward failures).
@@ -137,13 +202,18 @@ def score_completions(
 
     per_function: dict[str, Tensor] = {}
     num_failed: dict[str, int] = {}
+    num_nonfinite: dict[str, int] = {}
+    num_timed_out: dict[str, int] = {}
+    guard = {"timeout": reward_timeout, "isolation": reward_isolation}
     correctness_values: Tensor | None = None
     for fn in reward_funcs:
         name, suffix = reward_name(fn), 2
         while name in per_function:
             name, suffix = f"{reward_name(fn)}#{suffix}", suffix + 1
-        scores, failed = run_reward(fn, prompt_list, completion_list, column_lists)
+        counts: dict[str, int] = {}
+        scores, failed = run_reward(fn, prompt_list, completion_list, column_lists, **guard, counts=counts)  # type: ignore[arg-type]
         per_function[name], num_failed[name] = _to_tensor(scores), failed
+        num_nonfinite[name], num_timed_out[name] = counts["nonfinite"], counts["timed_out"]
         if fn is correctness_fn and correctness_values is None:
             correctness_values = per_function[name]
 
@@ -156,11 +226,11 @@ def score_completions(
         if correctness_fn is None:
             correctness_values = rewards
         else:
-            verdicts, _ = run_reward(correctness_fn, prompt_list, completion_list, column_lists)
+            verdicts, _ = run_reward(correctness_fn, prompt_list, completion_list, column_lists, **guard)  # type: ignore[arg-type]
             correctness_values = _to_tensor(verdicts)
     unjudged = torch.isnan(correctness_values)
     correct = (correctness_values >= correct_threshold) & ~unjudged
-    return RewardResult(rewards, correct, per_function, num_failed, int(unjudged.sum()))
+    return RewardResult(rewards, correct, per_function, num_failed, int(unjudged.sum()), num_nonfinite, num_timed_out)
 
 
 def _builtin_rewards() -> dict[str, Any]:

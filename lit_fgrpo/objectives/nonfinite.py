@@ -1,0 +1,107 @@
+"""The non-finite guard: no NaN or inf loss or gradient ever reaches the weights.
+
+Before each optimizer step the module asks :meth:`NonFiniteGuard.check` whether the step's loss and gradients are
+all finite. If not, the step is skipped (the caller zeroes the gradients and does not call ``optimizer.step()``), the
+skip is counted and logged, and after ``max_consecutive`` skips in a row the run stops with a
+:class:`lit_fgrpo.errors.NonFiniteError` naming the step and the first non-finite quantity. A finite step resets the
+run of skips. torch's ``clip_grad_norm_(error_if_nonfinite=True)`` raises on the first one; a single bf16 spike should
+not end a long run, a persistent one must.
+
+Where it goes in ``FGRPOModule.training_step`` (after backward and gradient clipping, before ``optimizer.step()``)::
+
+    if self.nonfinite_guard.check(step=self.global_step, loss=loss, named_parameters=self.policy.named_parameters()):
+        optimizer.step(); scheduler.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+        self.log("train/nonfinite_skips", float(self.nonfinite_guard.num_skipped))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+from lit_fgrpo.errors import ConfigError, NonFiniteError
+
+log = logging.getLogger(__name__)
+
+
+def first_nonfinite(
+    loss: Tensor | float | None, named_parameters: Iterable[tuple[str, torch.nn.Parameter]]
+) -> str | None:
+    """The first non-finite quantity, ``"loss"`` or ``"grad of <name>"``, or ``None`` if everything is finite.
+
+    Parameters without a gradient are ignored. One fused check over all gradients runs first, so the common all-finite
+    case costs one reduction per parameter and a single device sync.
+    """
+    if loss is not None and not bool(torch.isfinite(torch.as_tensor(loss)).all()):
+        return "loss"
+    named_grads = [(name, p.grad) for name, p in named_parameters if p.grad is not None]
+    if not named_grads:
+        return None
+    flags = torch.stack([torch.isfinite(grad).all() for _, grad in named_grads])  # (num_params,)
+    if bool(flags.all()):
+        return None
+    return f"grad of {named_grads[int((~flags).nonzero()[0])][0]}"
+
+
+class NonFiniteGuard:
+    """Counts skipped optimizer steps and stops the run after too many in a row.
+
+    Args:
+        max_consecutive: Skips in a row that stop the run (``--model.max_nonfinite_skips``); >= 1.
+
+    Attributes:
+        num_skipped: Steps skipped so far in total.
+        consecutive: Steps skipped since the last finite one.
+    """
+
+    def __init__(self, max_consecutive: int = 5) -> None:
+        if int(max_consecutive) != max_consecutive or max_consecutive < 1:
+            raise ConfigError(f"--model.max_nonfinite_skips must be an integer >= 1, got {max_consecutive}")
+        self.max_consecutive = int(max_consecutive)
+        self.num_skipped = 0
+        self.consecutive = 0
+
+    def check(
+        self,
+        step: int,
+        loss: Tensor | float | None,
+        named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
+    ) -> bool:
+        """``True`` if the step may go ahead; ``False`` (counted, logged) if it must be skipped.
+
+        Raises:
+            NonFiniteError: On the ``max_consecutive``-th skip in a row, naming the step and the quantity.
+        """
+        culprit = first_nonfinite(loss, named_parameters)
+        if culprit is None:
+            self.consecutive = 0
+            return True
+        self.num_skipped += 1
+        self.consecutive += 1
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteError(
+                f"step {step}: {culprit} is not finite for the {self.consecutive}th step in a row; stopping",
+                hint="lower the learning rate, check the rewards, or raise --model.max_nonfinite_skips",
+            )
+        log.warning(
+            "step %d: %s is not finite; optimizer step skipped (%d in a row, %d in total)",
+            step,
+            culprit,
+            self.consecutive,
+            self.num_skipped,
+        )
+        return False
+
+    def state_dict(self) -> dict[str, int]:
+        """Counts to store in a checkpoint."""
+        return {"num_skipped": self.num_skipped, "consecutive": self.consecutive}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restore the counts from :meth:`state_dict`."""
+        self.num_skipped = int(state.get("num_skipped", 0))
+        self.consecutive = int(state.get("consecutive", 0))

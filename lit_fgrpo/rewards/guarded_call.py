@@ -1,0 +1,107 @@
+"""Calling a reward function under a per-call timeout, in a thread or in a worker process.
+
+A reward function that hangs (a regex blow-up, a sympy simplification that never ends) or crashes the process (a
+segfault in a C extension, ``os._exit``) must not stall or end a training run. :func:`call_with_timeout` runs one call:
+
+* ``isolation="thread"``: in a daemon thread joined with a timeout. Cheap; the function must be thread-safe. A call
+  that times out keeps running in its abandoned daemon thread (Python cannot kill a thread) until it returns.
+* ``isolation="process"``: in a forked worker process, killed on timeout. For functions that are not thread-safe
+  (math-verify's ``signal.alarm`` timeout only works in a main thread) or that can crash the interpreter. Costs a
+  fork per call; results travel back through a pipe, so they must be picklable (a list of floats is).
+
+Either way a timeout raises :class:`RewardTimeout` and a crashed worker raises :class:`RewardCrash`; the scoring
+code turns both into unscorable rows (``None``), counted and logged.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+Isolation = Literal["thread", "process"]
+"""Where a reward call with a timeout runs: a daemon thread or a forked worker process."""
+
+
+class RewardTimeout(RuntimeError):
+    """A reward call did not return within its timeout."""
+
+
+class RewardCrash(RuntimeError):
+    """A reward call's worker process died without returning (segfault, ``os._exit``, killed)."""
+
+
+def _in_thread(fn: Callable[[], Any], timeout: float) -> Any:
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = fn()
+        except BaseException as err:  # handed to the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=target, name="reward-call", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise RewardTimeout(f"no result within {timeout:g} s (thread left running)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _child(fn: Callable[[], Any], conn: Any) -> None:
+    try:
+        conn.send(("ok", fn()))
+    except BaseException as err:
+        conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}")))
+    finally:
+        conn.close()
+
+
+def _in_process(fn: Callable[[], Any], timeout: float) -> Any:
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    context: Any = multiprocessing.get_context(method)
+    receive, send = context.Pipe(duplex=False)
+    worker = context.Process(target=_child, args=(fn, send), daemon=True)
+    worker.start()
+    send.close()
+    try:
+        if not receive.poll(timeout):
+            if worker.is_alive():
+                raise RewardTimeout(f"no result within {timeout:g} s (worker process killed)")
+            raise RewardCrash(f"worker process died with exit code {worker.exitcode}")
+        try:
+            status, value = receive.recv()
+        except EOFError:
+            worker.join(1.0)
+            raise RewardCrash(f"worker process died with exit code {worker.exitcode}") from None
+    finally:
+        if worker.is_alive():
+            worker.kill()
+        worker.join(5.0)
+        receive.close()
+    if status == "error":
+        raise value
+    return value
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout: float | None, isolation: Isolation = "thread") -> Any:
+    """Return ``fn()``, raising :class:`RewardTimeout` after ``timeout`` seconds (``None``: no limit, same thread).
+
+    Raises:
+        RewardTimeout: If the call did not return in time.
+        RewardCrash: If the worker process died (``isolation="process"``).
+        ValueError: If ``timeout`` is not positive or ``isolation`` is unknown.
+    """
+    if timeout is None:
+        return fn()
+    if not timeout > 0:
+        raise ValueError(f"reward timeout must be > 0 seconds, got {timeout}")
+    if isolation == "thread":
+        return _in_thread(fn, timeout)
+    if isolation == "process":
+        return _in_process(fn, timeout)
+    raise ValueError(f"reward isolation must be 'thread' or 'process', got {isolation!r}")

@@ -1,0 +1,108 @@
+"""Groups 3 and 4: non-finite, hanging and crashing reward functions make rows unscorable, counted, never a stall."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from lit_fgrpo.objectives.advantages import group_advantages
+from lit_fgrpo.rewards import run_reward, score_completions
+
+PROMPTS = ["p"] * 4
+COMPLETIONS = ["ok", "inf", "nan", "ok"]
+
+
+def by_text(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    table = {"ok": 1.0, "inf": math.inf, "-inf": -math.inf, "nan": math.nan, "zero": 0.0}
+    return [table[c] for c in completions]
+
+
+@pytest.mark.parametrize("bad", ["inf", "-inf", "nan"])
+def test_nonfinite_reward_is_unscorable_and_counted(bad: str, caplog: pytest.LogCaptureFixture) -> None:
+    completions = ["ok", bad, "zero", "ok"]
+    with caplog.at_level(logging.WARNING):
+        result = score_completions(PROMPTS, completions, {}, [by_text])
+    assert math.isnan(result.rewards[1]) and result.rewards[[0, 2, 3]].tolist() == [1.0, 0.0, 1.0]
+    assert result.num_failed == {"by_text": 1} and result.num_nonfinite == {"by_text": 1}
+    assert "reward 'by_text' returned NaN or inf for 1 of 4 completions: unscorable" in caplog.text
+
+
+def test_inf_reward_never_reaches_the_advantages() -> None:
+    """The bug of issue 10: an inf reward made every advantage NaN. Now its row gets 0 and the group stays finite."""
+    result = score_completions(PROMPTS, ["ok", "inf", "zero", "zero"], {}, [by_text])
+    adv = group_advantages(result.rewards.view(1, 4), gamma=0.5, success=result.correct.view(1, 4))  # (1, 4)
+    assert torch.isfinite(adv).all() and adv[0, 1] == 0
+    reference = group_advantages(torch.tensor([[1.0, 0.0, 0.0]]), gamma=0.5)  # the three scorable rows alone
+    torch.testing.assert_close(adv[0, [0, 2, 3]], reference[0])
+
+
+def test_nonfinite_verdict_is_unjudged() -> None:
+    result = score_completions(PROMPTS, COMPLETIONS, {}, [by_text], correctness_fn=by_text)
+    assert result.correct.tolist() == [True, False, False, True] and result.num_unjudged == 2
+
+
+def hang_on_slow(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    if "slow" in completions:
+        time.sleep(30)
+    return [1.0] * len(completions)
+
+
+def test_thread_timeout_makes_only_the_hanging_row_unscorable() -> None:
+    start = time.perf_counter()
+    result = score_completions(["p"] * 3, ["a", "slow", "b"], {}, [hang_on_slow], reward_timeout=0.3)
+    assert time.perf_counter() - start < 5
+    assert result.rewards[[0, 2]].tolist() == [1.0, 1.0] and math.isnan(result.rewards[1])
+    assert result.num_failed == {"hang_on_slow": 1} and result.num_timed_out == {"hang_on_slow": 1}
+
+
+def test_process_timeout_kills_the_worker() -> None:
+    start = time.perf_counter()
+    scores, failed = run_reward(hang_on_slow, ["p"] * 2, ["a", "slow"], {}, timeout=1.0, isolation="process")
+    assert time.perf_counter() - start < 10
+    assert scores == [1.0, None] and failed == 1
+
+
+def crash_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    if "boom" in completions:
+        os._exit(11)  # a crash no try/except can catch, like a segfault in a C extension
+    return [0.5] * len(completions)
+
+
+def test_process_isolation_survives_a_crashing_reward() -> None:
+    counts: dict[str, int] = {}
+    scores, failed = run_reward(crash_on_boom, ["p"] * 3, ["a", "boom", "b"], {}, 5.0, "process", counts)
+    assert scores == [0.5, None, 0.5] and failed == 1 and counts == {"nonfinite": 0, "timed_out": 1}
+
+
+def alarm_based(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    """Like math-verify: a signal.alarm timeout, which only works in the main thread of a process."""
+    signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.alarm(5)
+    signal.alarm(0)
+    return [1.0] * len(completions)
+
+
+def test_signal_based_reward_needs_a_process() -> None:
+    assert run_reward(alarm_based, ["p"], ["a"], {}, 5.0, "thread") == ([None], 1)  # signal only in main thread
+    assert run_reward(alarm_based, ["p"], ["a"], {}, 5.0, "process") == ([1.0], 0)
+
+
+def test_process_worker_returns_nonfinite_as_unscorable() -> None:
+    counts: dict[str, int] = {}
+    scores, failed = run_reward(by_text, PROMPTS, COMPLETIONS, {}, 5.0, "process", counts)
+    assert scores == [1.0, None, None, 1.0] and failed == 2 and counts["nonfinite"] == 2
+
+
+@pytest.mark.parametrize(("timeout", "isolation", "message"), [(0.0, "thread", "> 0"), (1.0, "fork", "'thread' or")])
+def test_bad_timeout_settings_are_refused(timeout: float, isolation: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        from lit_fgrpo.rewards.guarded_call import call_with_timeout
+
+        call_with_timeout(lambda: 1, timeout, isolation)
