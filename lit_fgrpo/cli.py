@@ -37,7 +37,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)
     trainer_defaults = {"logger": default_logger_config(), "num_sanity_val_steps": 0}
     trainer_defaults |= kwargs.pop("trainer_defaults", {})
     return FGRPOCLI(
@@ -48,7 +48,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
         save_config_callback=MLflowSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         trainer_defaults=trainer_defaults,
-        parser_kwargs={"parser_mode": "omegaconf"},
+        parser_kwargs={"parser_mode": "omegaconf+"},
         seed_everything_default=0,
         **kwargs,
     )
