@@ -19,6 +19,7 @@ from typing import Any
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from lit_fgrpo.callbacks.progress_bar import default_progress_bar
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
 from lit_fgrpo.module import FGRPOModule
@@ -29,6 +30,11 @@ class FGRPOCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("model.tokenizer", "data.tokenizer_path")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
+        self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
 
 
 def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> FGRPOCLI:
@@ -54,9 +60,29 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
     )
 
 
+COMMANDS = {
+    "fit": "train: optional supervised warm start, then RL (F-GRPO, GRPO, DAPO, CISPO, ...), pass@k before and after",
+    "validate": "held-out pass@k of a policy or a checkpoint (--ckpt_path) on the validation split",
+    "test": "pass@k on the test split",
+    "simulate": "the paper's section 5 categorical simulation: GRPO vs F-GRPO over group sizes, with a figure",
+    "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes from one warm start",
+}
+
+
+def print_commands() -> None:
+    """``lit-fgrpo --help``: every subcommand with one sentence."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: lit-fgrpo <command> [options]    (lit-fgrpo <command> --help for its settings)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    print("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``lit-fgrpo``."""
     words = list(sys.argv[1:] if argv is None else argv)
+    if not words or words[0] in ("-h", "--help"):
+        print_commands()
+        return 0
     if words and words[0] == "simulate":
         from lit_fgrpo.theory.simulate_cli import main as simulate_main
 
