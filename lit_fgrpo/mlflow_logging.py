@@ -50,7 +50,7 @@ def default_logger_config(experiment_name: str = "lit_fgrpo") -> dict[str, Any]:
 def tag_experiment(logger: Any) -> None:
     """Mark the run's experiment as model training (see the module docstring); other loggers: nothing."""
     experiment_id = getattr(logger, "experiment_id", None)
-    client = getattr(logger, "experiment", None)
+    client: Any = getattr(logger, "experiment", None)
     if experiment_id is not None and hasattr(client, "set_experiment_tag"):
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
