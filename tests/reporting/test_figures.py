@@ -30,7 +30,13 @@ def test_pass_at_k_figure_needs_values() -> None:
 
 
 def test_pass_at_k_from_metrics_reads_names() -> None:
-    metrics = {"pass_at_1": 0.2, "val/pass_at_8": 0.6, "final/pass_at_64": 0.9, "final/start_pass_at_1": 0.0, "val/reward_mean": 1.0}
+    metrics = {
+        "pass_at_1": 0.2,
+        "val/pass_at_8": 0.6,
+        "final/pass_at_64": 0.9,
+        "final/start_pass_at_1": 0.0,
+        "val/reward_mean": 1.0,
+    }
     assert pass_at_k_from_metrics(metrics) == {1: 0.2, 8: 0.6, 64: 0.9}
 
 

@@ -23,9 +23,7 @@ def test_lines_every_tenth_and_at_the_end() -> None:
             bar.update(1, loss=0.5)
     lines = stream.getvalue().splitlines()
     # a reference loop: one line each time another 10 % (2 steps) is done
-    assert [line.split(",")[0] for line in lines] == [
-        f"warm start: step {s}/20 ({5 * s}%)" for s in range(2, 21, 2)
-    ]
+    assert [line.split(",")[0] for line in lines] == [f"warm start: step {s}/20 ({5 * s}%)" for s in range(2, 21, 2)]
 
 
 def test_interrupted_run_prints_where_it_stopped() -> None:
