@@ -58,3 +58,15 @@ def test_bar_mode_draws_a_tqdm_bar() -> None:
         for _ in range(4):
             bar.update(1, loss=0.25)
     assert "warm start" in stream.getvalue() and "4/4" in stream.getvalue()
+
+
+def test_cli_installs_the_rl_bar_unless_told_otherwise() -> None:
+    from jsonargparse import Namespace
+
+    from lit_fgrpo.callbacks.progress_bar import RLProgressBar, default_progress_bar
+
+    (bar,) = default_progress_bar(Namespace(enable_progress_bar=True, callbacks=None))
+    assert isinstance(bar, RLProgressBar)
+    assert default_progress_bar(Namespace(enable_progress_bar=False, callbacks=None)) == []
+    own = Namespace(class_path="lightning.pytorch.callbacks.RichProgressBar")
+    assert default_progress_bar(Namespace(enable_progress_bar=True, callbacks=[own])) == []

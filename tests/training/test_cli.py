@@ -111,3 +111,11 @@ def test_tiny_maze_run_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.Monkey
     AutoModelForCausalLM.from_pretrained(policy_dir)
     assert AutoTokenizer.from_pretrained(policy_dir)("WALL PATH")["input_ids"] == [9, 8]
     assert (tmp_path / "outputs" / "maze_tiny" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for command in ("fit", "validate", "test", "simulate", "maze-sweep"):
+        (line,) = [line for line in lines if line.split()[:1] == [command]]
+        assert len(line.split()) > 4  # the command and a sentence
