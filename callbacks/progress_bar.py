@@ -43,7 +43,7 @@ class RLProgressBar(TQDMProgressBar):
 
     @property
     def line_mode(self) -> bool:
-        return resolve_mode(self.mode, sys.stderr) != "bar"
+        return resolve_mode(self.mode, sys.stdout) != "bar"
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

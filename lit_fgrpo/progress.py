@@ -83,7 +83,7 @@ class ProgressReporter:
         mode: ``auto``, ``bar``, ``lines`` or ``off``.
         every_s: in line mode, print at least this often (seconds) while updates come.
         every_fraction: in line mode, print each time another such fraction of ``total`` is done.
-        stream: where to write (default ``sys.stderr``, like tqdm and Lightning's bar).
+        stream: where to write (default ``sys.stdout``, where Lightning's progress bar writes too).
         enabled: report at all (default: on global rank 0 only).
     """
 
@@ -100,7 +100,7 @@ class ProgressReporter:
     ) -> None:
         self.description, self.total, self.unit = description, total, unit
         self.every_s, self.every_fraction = every_s, every_fraction
-        self.stream = stream if stream is not None else sys.stderr
+        self.stream = stream if stream is not None else sys.stdout
         on = (getattr(rank_zero_only, "rank", 0) == 0) if enabled is None else enabled
         self.mode = resolve_mode(mode, self.stream) if on else "off"
         self.done = self._printed_done = 0

@@ -50,7 +50,7 @@ def supervised_warm_start(
 
     Loss: ``sum_t m_t * CE(logits_{t-1}, y_t) / sum_t m_t`` with m the target mask, so prompts are context only.
     Budgeted by steps, never by seconds (a slow machine must not end with a half-trained policy).
-    Progress (``warm start: step 120/600 (20%), loss 1.23, ...``) goes to stderr on rank 0: a bar on a terminal,
+    Progress (``warm start: step 120/600 (20%), loss 1.23, ...``) goes to stdout on rank 0: a bar on a terminal,
     a status line every 10 % or 30 s elsewhere (``progress_mode``, see :mod:`lit_fgrpo.progress`).
 
     Returns:
