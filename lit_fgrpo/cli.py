@@ -26,6 +26,7 @@ from typing import Any
 from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from lit_fgrpo.callbacks.progress_bar import default_progress_bar
 from lit_fgrpo.cli_errors import config_paths, precheck_config_files, user_error_message
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
@@ -40,6 +41,11 @@ class FGRPOCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("model.tokenizer", "data.tokenizer_path")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
+        self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI replaces the model's config by the checkpoint's hparams for a file, not for "last": we never
@@ -70,7 +76,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)
     trainer_defaults = {"logger": default_logger_config(), "num_sanity_val_steps": 0}
     trainer_defaults |= kwargs.pop("trainer_defaults", {})
     return FGRPOCLI(
@@ -81,10 +87,27 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
         save_config_callback=MLflowSaveConfigCallback,
         save_config_kwargs={"overwrite": True},
         trainer_defaults=trainer_defaults,
-        parser_kwargs={"parser_mode": "omegaconf"} | kwargs.pop("parser_kwargs", {}),
+        parser_kwargs={"parser_mode": "omegaconf+"} | kwargs.pop("parser_kwargs", {}),
         seed_everything_default=0,
         **kwargs,
     )
+
+
+COMMANDS = {
+    "fit": "train: optional supervised warm start, then RL (F-GRPO, GRPO, DAPO, CISPO, ...), pass@k before and after",
+    "validate": "held-out pass@k of a policy or a checkpoint (--ckpt_path) on the validation split",
+    "test": "pass@k on the test split",
+    "simulate": "the paper's section 5 categorical simulation: GRPO vs F-GRPO over group sizes, with a figure",
+    "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes from one warm start",
+}
+
+
+def print_commands() -> None:
+    """``lit-fgrpo --help``: every subcommand with one sentence."""
+    width = max(map(len, COMMANDS))
+    lines = ["usage: lit-fgrpo <command> [options]    (lit-fgrpo <command> --help for its settings)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    print("\n".join(lines))
 
 
 def _run_fit_cli(words: list[str], debug: bool, from_argv: bool) -> int:
@@ -108,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in words or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     words = [word for word in words if word != "--debug"]
+    if not words or words[0] in ("-h", "--help"):
+        print_commands()
+        return 0
     if words and words[0] == "simulate":
         from lit_fgrpo.theory.simulate_cli import main as simulate_main
 

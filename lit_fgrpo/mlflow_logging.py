@@ -1,5 +1,9 @@
 """MLflow by default: a local sqlite store, the resolved config as an artifact and as params.
 
+The experiment is tagged ``mlflow.experimentKind = custom_model_development`` so that MLflow 3 opens it in its
+model-training view (runs, metric charts, artifacts) rather than the GenAI view (traces, judges, prompts), and
+system metrics (CPU, memory, GPU) are sampled into the run under ``system/`` when psutil is installed.
+
 mlflow is imported lazily; without it the CLI falls back to Lightning's CSVLogger (tested).
 """
 
@@ -16,6 +20,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 DEFAULT_ARTIFACT_LOCATION = "./mlruns"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""MLflow 3's experiment type tag (its UI reads it to choose the GenAI or the model-training layout)."""
+EXPERIMENT_KIND = "custom_model_development"
+SYSTEM_METRICS_INTERVAL_S = 10.0
 
 
 def mlflow_available() -> bool:
@@ -39,6 +47,30 @@ def default_logger_config(experiment_name: str = "lit_fgrpo") -> dict[str, Any]:
     }
 
 
+def tag_experiment(logger: Any) -> None:
+    """Mark the run's experiment as model training (see the module docstring); other loggers: nothing."""
+    experiment_id = getattr(logger, "experiment_id", None)
+    client: Any = getattr(logger, "experiment", None)
+    if experiment_id is not None and hasattr(client, "set_experiment_tag"):
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+def start_system_metrics(logger: Any, interval_s: float = SYSTEM_METRICS_INTERVAL_S) -> Any:
+    """Start MLflow's system-metrics sampler on the run (``system/cpu_utilization_percentage``, memory, GPU).
+
+    Returns the monitor (stop it with ``.finish()``), or None without psutil or without an MLflow run.
+    """
+    run_id = getattr(logger, "run_id", None)
+    if run_id is None or importlib.util.find_spec("psutil") is None:
+        return None
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    # The logger set the global tracking URI when it opened the run; the monitor uses it.
+    monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s)
+    monitor.start()
+    return monitor
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for key, sub in value.items():
@@ -49,6 +81,9 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 class MLflowSaveConfigCallback(SaveConfigCallback):
     """Log the resolved config as ``config.yaml`` and as flattened params to the MLflow run.
+
+    It also tags the experiment for MLflow's model-training view and samples system metrics during the run
+    (:func:`tag_experiment`, :func:`start_system_metrics`).
 
     Lightning's own SaveConfigCallback asserts a log_dir, which an MLflow logger with a sqlite URI lacks;
     this one writes to the tracking store instead (and to the log dir for loggers that have one).
@@ -80,3 +115,10 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
             return
         self.save_config(trainer, pl_module, stage)
         self.already_saved = True
+        tag_experiment(trainer.logger)
+        self._system_metrics = start_system_metrics(trainer.logger)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        monitor, self._system_metrics = getattr(self, "_system_metrics", None), None
+        if monitor is not None:
+            monitor.finish()

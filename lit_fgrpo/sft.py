@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_fgrpo.progress import Mode, progress
 from lit_fgrpo.rollout.base import Generation
 from lit_fgrpo.rollout.batch import pad_rollouts
 
@@ -43,11 +44,14 @@ def supervised_warm_start(
     seed: int = 0,
     log_every: int = 50,
     on_log: Callable[[int, float], None] | None = None,
+    progress_mode: Mode = "auto",
 ) -> list[float]:
     """Train ``model`` in place for ``steps`` AdamW steps on (prompt ids, target ids) pairs.
 
     Loss: ``sum_t m_t * CE(logits_{t-1}, y_t) / sum_t m_t`` with m the target mask, so prompts are context only.
     Budgeted by steps, never by seconds (a slow machine must not end with a half-trained policy).
+    Progress (``warm start: step 120/600 (20%), loss 1.23, ...``) goes to stdout on rank 0: a bar on a terminal,
+    a status line every 10 % or 30 s elsewhere (``progress_mode``, see :mod:`lit_fgrpo.progress`).
 
     Returns:
         The loss of every step.
@@ -71,27 +75,31 @@ def supervised_warm_start(
     was_training = model.training
     model.train()
     losses: list[float] = []
-    for step in range(1, steps + 1):
-        if cursor + batch_size > len(order):
-            order, cursor = torch.randperm(len(examples), generator=gen), 0
-        rows = order[cursor : cursor + batch_size]  # (b,)
-        cursor += batch_size
-        batch = ids[rows].to(device)  # (b, L)
-        logits = model(
-            input_ids=batch, attention_mask=attn[rows].to(device), position_ids=position_ids[rows].to(device)
-        ).logits  # (b, L, V)
-        token_loss = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), batch[:, 1:], reduction="none")  # (b, L-1)
-        weights = target[rows, 1:].to(device).float()  # (b, L-1)
-        loss = (token_loss * weights).sum() / weights.sum().clamp(min=1.0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(float(loss.detach()))
-        if step % log_every == 0 or step == steps:
-            log.info("warm start step %d/%d loss %.4f", step, steps, losses[-1])
-            if on_log is not None:
-                on_log(step, losses[-1])
+    with progress("warm start", total=steps, mode=progress_mode) as bar:
+        for step in range(1, steps + 1):
+            if cursor + batch_size > len(order):
+                order, cursor = torch.randperm(len(examples), generator=gen), 0
+            rows = order[cursor : cursor + batch_size]  # (b,)
+            cursor += batch_size
+            batch = ids[rows].to(device)  # (b, L)
+            logits = model(
+                input_ids=batch, attention_mask=attn[rows].to(device), position_ids=position_ids[rows].to(device)
+            ).logits  # (b, L, V)
+            token_loss = F.cross_entropy(
+                logits[:, :-1].transpose(1, 2).float(), batch[:, 1:], reduction="none"
+            )  # (b, L-1)
+            weights = target[rows, 1:].to(device).float()  # (b, L-1)
+            loss = (token_loss * weights).sum() / weights.sum().clamp(min=1.0)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            scheduler.step()
+            losses.append(float(loss.detach()))
+            bar.update(1, loss=losses[-1])
+            if step % log_every == 0 or step == steps:
+                log.info("warm start step %d/%d loss %.4f", step, steps, losses[-1])
+                if on_log is not None:
+                    on_log(step, losses[-1])
     model.train(was_training)
     return losses

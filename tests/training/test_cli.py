@@ -8,17 +8,52 @@ import pytest
 
 from lit_fgrpo.cli import cli_main, main
 
-CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml"))
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
+MATH_OVERLAYS = sorted(p for p in (CONFIG_DIR / "math").glob("*.yaml") if p.name != "base.yaml")
+# Every YAML under configs/ is parsed: standalone files alone, overlays after their base.
+STACKS = [[c] for c in CONFIGS] + [[CONFIG_DIR / "math" / "base.yaml", o] for o in MATH_OVERLAYS]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name)
-def test_every_config_parses(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _print_config(stack: list[Path], capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    args = ["fit"] + [a for c in stack for a in ("--config", str(c))]
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(config), "--print_config"])
+        main([*args, *extra, "--print_config"])
     assert exit_info.value.code in (0, None)
-    printed = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stack", STACKS, ids=lambda s: "+".join(p.stem for p in s))
+def test_every_config_parses(stack: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    printed = _print_config(stack, capsys)
     assert "gamma:" in printed and "class_path: lit_fgrpo.callbacks.RolloutCallback" in printed
     assert "${" not in printed  # omegaconf interpolation was resolved
+
+
+def test_every_yaml_is_covered() -> None:
+    covered = {p for stack in STACKS for p in stack}
+    assert set(CONFIG_DIR.rglob("*.yaml")) == covered
+
+
+@pytest.mark.parametrize(
+    ("overlay", "gamma", "loss_type"),
+    [("grpo", 0.0, "bnpo"), ("fgrpo", 0.5, "bnpo"), ("dapo", 0.0, "dapo"), ("fdapo", 0.5, "dapo"),
+     ("cispo", 0.0, "cispo"), ("fcispo", 1.0, "cispo")],
+)  # fmt: skip
+def test_math_overlay_sets_method_and_keeps_base(
+    overlay: str, gamma: float, loss_type: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    stack = [CONFIG_DIR / "math" / "base.yaml", CONFIG_DIR / "math" / f"{overlay}.yaml"]
+    config = yaml.safe_load(_print_config(stack, capsys, "--model.temperature", "0.7"))
+    assert (config["model"]["gamma"], config["model"]["loss_type"]) == (gamma, loss_type)
+    assert config["data"]["prompts_per_step"] == 256  # global prompts per step, paper Table 5
+    assert config["model"]["save_pretrained_dir"] == f"outputs/math_{overlay}/policy"
+    callbacks = {c["class_path"].rsplit(".", 1)[-1]: c["init_args"] for c in config["trainer"]["callbacks"]}
+    assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
+    # interpolation is resolved after every --config and flag is merged (parser_mode omegaconf+)
+    assert callbacks["RolloutCallback"]["sampling"]["temperature"] == 0.7
 
 
 def test_help_shows_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
@@ -75,3 +110,11 @@ def test_tiny_maze_run_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.Monkey
     AutoModelForCausalLM.from_pretrained(policy_dir)
     assert AutoTokenizer.from_pretrained(policy_dir)("WALL PATH")["input_ids"] == [9, 8]
     assert (tmp_path / "outputs" / "maze_tiny" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for command in ("fit", "validate", "test", "simulate", "maze-sweep"):
+        (line,) = [line for line in lines if line.split()[:1] == [command]]
+        assert len(line.split()) > 4  # the command and a sentence

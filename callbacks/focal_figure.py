@@ -1,0 +1,85 @@
+"""``FocalFigureCallback``: per-group success rates of every RL step, drawn at the end of fit.
+
+Data it needs from each training rollout batch: ``RolloutBatch.correct`` (P, G) bool verdicts and
+``RolloutBatch.rewards`` (P, G) (NaN marks an unscorable completion). The success rate of a group is the mean of
+``correct`` over its scorable completions, mu_hat = sum_g c_g v_g / sum_g v_g (v = ~isnan(rewards)), the same
+mu_hat that sets the focal weight g = (1 - mu_hat)^gamma.
+
+It reads the batch through the module's ``last_rollout`` attribute (:class:`ExposesRollout`: the training
+rollout of the step that just ran); a module without it gets nothing recorded and no figure. :meth:`observe`
+is the seam for anything else that has the verdicts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from typing_extensions import override
+
+from lit_fgrpo.reporting.artifacts import log_figure
+from lit_fgrpo.reporting.focal_figure import focal_figure
+from lit_fgrpo.rollout.batch import RolloutBatch
+
+
+@runtime_checkable
+class ExposesRollout(Protocol):
+    """A module that keeps the training rollout of its last step."""
+
+    last_rollout: RolloutBatch | None
+
+
+def group_success_rates(correct: Tensor, rewards: Tensor | None = None) -> np.ndarray:
+    """(P,) mu_hat of each group: mean of ``correct`` over the scorable (non-NaN reward) completions; NaN if none."""
+    valid = torch.ones_like(correct, dtype=torch.bool) if rewards is None else ~torch.isnan(rewards)  # (P, G)
+    hits = (correct.bool() & valid).sum(dim=1).double()  # (P,)
+    counts = valid.sum(dim=1).double()  # (P,)
+    rates = torch.where(counts > 0, hits / counts.clamp(min=1), torch.full_like(hits, float("nan")))  # (P,)
+    return rates.cpu().numpy()
+
+
+class FocalFigureCallback(L.Callback):
+    """Collect mu_hat per group at every step; log ``figures/focal.png`` at the end of fit.
+
+    Args:
+        artifact_file: the figure's name in the run.
+        bins: histogram bins of the success-rate panel.
+    """
+
+    def __init__(self, artifact_file: str = "figures/focal.png", bins: int = 10) -> None:
+        self.artifact_file, self.bins = artifact_file, bins
+        self.steps: list[int] = []
+        self.success_rates: list[np.ndarray] = []
+
+    def observe(self, step: int, correct: Tensor, rewards: Tensor | None = None) -> None:
+        """Record the (P, G) verdicts of the rollout batch trained on at ``step``."""
+        self.steps.append(int(step))
+        self.success_rates.append(group_success_rates(correct.detach(), None if rewards is None else rewards.detach()))
+
+    @override
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if isinstance(pl_module, ExposesRollout) and pl_module.last_rollout is not None:
+            rollout = pl_module.last_rollout
+            self.observe(trainer.global_step, rollout.correct, rollout.rewards)
+
+    @override
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.steps or not trainer.is_global_zero:
+            return
+        gamma = float(pl_module.hparams.get("gamma", 0.0))
+        figure = focal_figure(self.steps, self.success_rates, gamma, bins=self.bins)
+        log_figure(trainer.logger, figure, self.artifact_file)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "success_rates": [r.tolist() for r in self.success_rates]}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.steps = list(state_dict.get("steps", []))
+        self.success_rates = [np.asarray(r, dtype=float) for r in state_dict.get("success_rates", [])]
