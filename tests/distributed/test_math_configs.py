@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from lit_fgrpo.distributed import per_rank_mini_batch, per_rank_share
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("math_qwen2.5-7b_*.yaml"))
+MATH = Path(__file__).resolve().parents[2] / "configs" / "math"
+CONFIGS = sorted(path for path in MATH.glob("*.yaml") if path.stem != "base")
+
+
+def _merged(overlay: Path) -> dict[str, Any]:
+    """base.yaml with the overlay on top, merged key by key as jsonargparse merges repeated --config."""
+
+    def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in top.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    return merge(yaml.safe_load((MATH / "base.yaml").read_text()), yaml.safe_load(overlay.read_text()) or {})
 
 
 def test_there_are_math_configs() -> None:
@@ -18,7 +32,7 @@ def test_there_are_math_configs() -> None:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_global_prompts_per_step_is_the_papers_256(path: Path) -> None:
-    settings = yaml.safe_load(path.read_text())
+    settings = _merged(path)
     trainer, data, model = settings["trainer"], settings["data"], settings["model"]
     world = int(trainer.get("devices", 1)) * int(trainer.get("num_nodes", 1))
     global_prompts = int(data["prompts_per_step"])  # global since issue 9: each rank takes its share
