@@ -1,6 +1,21 @@
-"""Lightning callbacks of lit_fgrpo, installed as ``lit_fgrpo.callbacks`` (top-level ``callbacks/`` folder)."""
+"""Lightning callbacks of lit_fgrpo, installed as ``lit_fgrpo.callbacks`` (top-level ``callbacks/`` folder).
 
-from lit_fgrpo.callbacks.rollout import RolloutCallback
+One job each: :class:`RolloutCallback` (engine, weight sync, rollouts attached to the batch),
+:class:`PassAtKReport` (held-out pass@k before/after RL), :class:`SampleTable` (sample completions in MLflow),
+:class:`RNGStateCallback` (RNG states in checkpoints) and :class:`WarmStartCallback` (supervised warm start).
+"""
+
+from lit_fgrpo.callbacks.pass_at_k_report import PassAtKReport
+from lit_fgrpo.callbacks.rng_state import RNGStateCallback
+from lit_fgrpo.callbacks.rollout import RolloutCallback, RolloutConsumer
+from lit_fgrpo.callbacks.sample_table import SampleTable
 from lit_fgrpo.callbacks.warm_start import WarmStartCallback
 
-__all__ = ["RolloutCallback", "WarmStartCallback"]
+__all__ = [
+    "PassAtKReport",
+    "RNGStateCallback",
+    "RolloutCallback",
+    "RolloutConsumer",
+    "SampleTable",
+    "WarmStartCallback",
+]
