@@ -35,7 +35,8 @@ class PassAtKReport(L.Callback):
         self.after: dict[str, float] = {}
 
     @override
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # not on_validation_epoch_end: callbacks run that hook before the module has logged the epoch's values
         if trainer.sanity_checking:
             return
         values = {
@@ -49,7 +50,7 @@ class PassAtKReport(L.Callback):
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         before: dict[str, float] = {}
-        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+        for callback in trainer.callbacks:
             if isinstance(callback, RolloutCallback):
                 before = callback.start_pass_at_k
         if not before or not self.after:

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from typing_extensions import override
 
@@ -358,7 +359,9 @@ class RolloutCallback(L.Callback):
         """
         # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
         datamodule: L.LightningDataModule | None = getattr(trainer, "datamodule", None)
-        return list(datamodule.val_dataloader()) if datamodule is not None else []
+        if datamodule is None or not is_overridden("val_dataloader", datamodule):
+            return []
+        return list(datamodule.val_dataloader())
 
     def _eval_records(self, trainer: L.Trainer) -> list[Any]:
         """The first validation batch's records (for the sync probe), or [] when there is none."""
