@@ -50,7 +50,7 @@ class PassAtKReport(L.Callback):
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         before: dict[str, float] = {}
-        for callback in trainer.callbacks:
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning, undeclared
             if isinstance(callback, RolloutCallback):
                 before = callback.start_pass_at_k
         if not before or not self.after:
