@@ -47,9 +47,19 @@ def test_sample_rows_are_the_first_completions() -> None:
 
 
 def test_report_logs_before_and_after(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    assert format_report({"pass_at_1": 0.25}, {"pass_at_1": 0.5}).splitlines()[1].split() == ["pass_at_1", "0.250", "0.500"]
+    assert format_report({"pass_at_1": 0.25}, {"pass_at_1": 0.5}).splitlines()[1].split() == [
+        "pass_at_1",
+        "0.250",
+        "0.500",
+    ]
     data = PromptDataModule(
-        source="maze", num_train=32, num_val=4, num_test=4, val_size=4, prompts_per_step=4, tokenizer_path="builtin:maze"
+        source="maze",
+        num_train=32,
+        num_val=4,
+        num_test=4,
+        val_size=4,
+        prompts_per_step=4,
+        tokenizer_path="builtin:maze",
     )
     rollouts = RolloutCallback(
         sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
