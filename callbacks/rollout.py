@@ -1,18 +1,18 @@
-"""``RolloutCallback``: owns the generation engine, samples and scores rollouts, keeps the engine in sync.
+"""``RolloutCallback``: owns the generation engine, keeps it in sync, and attaches rollouts to the batch.
 
-Before every training batch it samples G completions per prompt (``sampling.n``), scores them with the reward
-functions and the correctness verdict, and hands the module a :class:`~lit_fgrpo.rollout.batch.RolloutBatch`.
-After optimizer steps it pushes the policy's weights into the engine (every ``sync_every`` steps) and checks
-the sync by comparing the engine's log-probs with the trainer's on a small probe (logged as
-``rollout/sync_logprob_delta``; a gap beyond ``sync_tolerance`` raises). Validation samples ``val_samples``
-completions per held-out prompt; the module logs ``val/pass_at_k``.
+Before every training batch it samples G completions per prompt (``sampling.n``) through a
+:class:`~lit_fgrpo.rollout.collect.RolloutCollector` and attaches the scored
+:class:`~lit_fgrpo.rollout.batch.RolloutBatch` to the :class:`~lit_fgrpo.rollout.batch.PromptBatch` that
+``training_step`` receives (``batch.rollout``). After optimizer steps it pushes the policy's weights into the engine
+(every ``sync_every`` steps) and checks the sync by comparing the engine's log-probs with the trainer's on a small
+probe (logged as ``rollout/sync_logprob_delta``; a gap beyond ``sync_tolerance`` raises). Validation and test
+batches get ``val_samples`` completions per prompt; the module logs ``val/pass_at_k``.
 
-Engine life cycle. A separate engine (vLLM) is built in ``setup`` from the policy as it is then, which is not
-yet the policy that trains: a warm start (``on_fit_start``) or a restored checkpoint (``fit(ckpt_path=...)``)
-changes the weights afterwards. Every ``fit``/``validate``/``test`` therefore marks the engine stale, and the
-first rollout of the run (sanity check, start-of-run validation or the first training batch, whichever comes
-first) pushes and checks the weights before it samples. With ``enable_sleep_mode`` on a GPU the engine sleeps
-while the trainer runs its optimizer step and wakes before the next generation or weight push.
+Engine life cycle. The policy is built in the module's ``configure_model``, so the engine is built on the first
+``fit``/``validate``/``test`` start hook that sees it. A warm start (another callback's ``on_fit_start``) or a
+restored checkpoint (``fit(ckpt_path=...)``) changes the weights afterwards, so every stage marks the engine stale,
+and the first rollout of the run pushes and checks the weights before it samples. With ``enable_sleep_mode`` on a
+GPU the engine sleeps while the trainer runs its optimizer step and wakes before the next generation or push.
 """
 
 from __future__ import annotations
@@ -21,29 +21,52 @@ import logging
 import tempfile
 import time
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch import nn
+from typing_extensions import override
 
-from lit_fgrpo.data.records import PromptRecord, columns_per_completion
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.rewards import resolve_reward, reward_name, score_completions
+from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rewards import resolve_reward
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
-from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
-from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
+from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
+from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
+from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
 
 log = logging.getLogger(__name__)
 
+VAL_SEED_OFFSET = 1_000_003
+"""Validation sampling seeds are ``seed + VAL_SEED_OFFSET + EVAL_BATCH_STRIDE * batch_idx``: never a training seed."""
+TEST_SEED_OFFSET = 2_000_003
+"""Test sampling seeds, offset like the validation ones."""
+EVAL_BATCH_STRIDE = 7919
+"""Seed stride between evaluation batches (a prime, so batches of different runs do not line up)."""
 
-def _as_any(module: L.LightningModule) -> Any:
-    """The module with its FGRPOModule attributes (tokenizer, policy, ...) visible to the type checker."""
-    return module
+
+@runtime_checkable
+class RolloutConsumer(Protocol):
+    """What the rollout callback needs from a LightningModule (checked once in ``setup``).
+
+    ``policy`` is the causal LM the engine samples from (and receives weights from); ``tokenizer`` decodes
+    completions for the reward functions. The module's ``training_step(batch)`` then reads ``batch.rollout`` of a
+    :class:`~lit_fgrpo.rollout.batch.PromptBatch` (return ``as_prompt_batch(batch)`` from its
+    ``on_after_batch_transfer``). :class:`~lit_fgrpo.module.FGRPOModule` is one.
+    """
+
+    @property
+    def policy(self) -> nn.Module: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
 
 
 class RolloutCallback(L.Callback):
-    """Generate, score and hand over rollouts; sync engine weights.
+    """Build and sync the engine; attach scored rollouts to every train/validation/test batch.
 
     Args:
         engine: "hf" (transformers ``generate`` on the policy itself), "vllm" (colocated vLLM), or "auto"
@@ -64,9 +87,10 @@ class RolloutCallback(L.Callback):
             vLLM engine on GPU needs a looser value (about 0.25).
         sync_probe_rows: rows of the last rollout used as the probe (0 disables the check).
         mask_truncated_completions: no loss on completions cut at ``max_tokens`` (DAPO overlong filtering).
-        validate_at_start: run the validation sampling once before the first RL step (logged at step 0,
-            printed with the final values at the end of fit).
-        log_samples_every: log a table of sample completions every this many steps (0 = never).
+        validate_at_start: sample the validation prompts once before the first RL step (logged at step 0 as
+            ``val/pass_at_k``; :class:`~lit_fgrpo.callbacks.PassAtKReport` reports it beside the final values).
+        log_samples_every: deprecated here; use :class:`~lit_fgrpo.callbacks.SampleTable`. Accepted so that old
+            configs parse; a value > 0 warns.
         engine_kwargs: extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype,
             max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
@@ -88,12 +112,12 @@ class RolloutCallback(L.Callback):
         sync_probe_rows: int = 2,
         mask_truncated_completions: bool = False,
         validate_at_start: bool = True,
-        log_samples_every: int = 50,
+        log_samples_every: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
         hf_chunk_size: int = 512,
         seed: int = 0,
     ) -> None:
-        self.engine_kind = engine
+        self._engine_kind = engine
         self.sampling = sampling or SamplingConfig()
         if self.sampling.n < 2:
             raise ValueError(
@@ -106,106 +130,114 @@ class RolloutCallback(L.Callback):
             raise ValueError(f"RolloutCallback.sync_every must be >= 1, got {sync_every}")
         if engine not in ("auto", "vllm", "hf"):
             raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm' or 'hf', got {engine!r}")
-        self.val_samples = val_samples
-        self.val_temperature = val_temperature
         names = reward_funcs or ["maze"]
-        self.reward_funcs = [resolve_reward(name) for name in names]
+        self._reward_funcs = [resolve_reward(name) for name in names]
         if reward_weights is not None and len(reward_weights) != len(names):
             raise ValueError(
                 f"RolloutCallback.reward_weights has {len(reward_weights)} values for {len(names)} reward_funcs"
             )
-        self.reward_weights = reward_weights
-        self.correctness = resolve_reward(correctness) if correctness else self.reward_funcs[0]
-        self.correct_threshold = correct_threshold
-        self.sync_every = sync_every
-        self.sync_tolerance = sync_tolerance
-        self.sync_probe_rows = sync_probe_rows
-        self.mask_truncated = mask_truncated_completions
-        self.validate_at_start = validate_at_start
-        self.log_samples_every = log_samples_every
-        self.engine_kwargs = engine_kwargs or {}
-        self.hf_chunk_size = hf_chunk_size
-        self.seed = seed
+        if log_samples_every > 0:
+            log.warning("RolloutCallback.log_samples_every is ignored: add lit_fgrpo.callbacks.SampleTable instead")
+        self._reward_weights = reward_weights
+        self._correctness = resolve_reward(correctness) if correctness else self._reward_funcs[0]
+        self._correct_threshold = correct_threshold
+        self._val_samples = val_samples
+        self._val_temperature = val_temperature
+        self._sync_every = sync_every
+        self._sync_tolerance = sync_tolerance
+        self._sync_probe_rows = sync_probe_rows
+        self._mask_truncated = mask_truncated_completions
+        self._validate_at_start = validate_at_start
+        self._engine_kwargs = engine_kwargs or {}
+        self._hf_chunk_size = hf_chunk_size
+        self._seed = seed
         self.engine: RolloutEngine | None = None
+        self.collector: RolloutCollector | None = None
+        self._consumer: RolloutConsumer | None = None
         self.last_sync_step = -1
         self.start_pass_at_k: dict[str, float] = {}
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
         self._probe: tuple[list[list[int]], list[list[int]]] | None = None
-        # True while the engine may hold other weights than the policy (built before a warm start or before a
-        # checkpoint was restored); the next rollout syncs first.
+        # True while the engine may hold other weights than the policy; the next rollout syncs first.
         self._engine_stale = False
 
     # ------------------------------------------------------------------ engine
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        ks = getattr(getattr(pl_module, "val_pass_at_k", None), "ks", [1])
-        if self.val_samples < max(ks):
+        # FGRPOModule is checked by type: a Protocol check would touch `policy` and build it before configure_model.
+        if not isinstance(pl_module, FGRPOModule | RolloutConsumer):
+            raise TypeError(
+                f"RolloutCallback needs a module with `policy` and `tokenizer` (lit_fgrpo.callbacks.RolloutConsumer); "
+                f"{type(pl_module).__name__} has not"
+            )
+        self._consumer = pl_module
+        ks = pl_module.pass_at_k.ks if isinstance(pl_module, FGRPOModule) else [1]
+        if self._val_samples < max(ks):
             raise ValueError(
-                f"RolloutCallback.val_samples={self.val_samples} is fewer than the largest pass@k k={max(ks)} "
+                f"RolloutCallback.val_samples={self._val_samples} is fewer than the largest pass@k k={max(ks)} "
                 "(--model.val_pass_at_k); unbiased pass@k needs n >= k"
             )
-        if self.engine is None:
-            self._workdir = tempfile.TemporaryDirectory(prefix="lit_fgrpo_engine_")
-            tokenizer: Any = _as_any(pl_module).tokenizer
-            self.engine = build_engine(
-                self.engine_kind,
-                pl_module.policy,  # type: ignore[arg-type]
-                tokenizer,
-                self._workdir.name,
-                hf_chunk_size=self.hf_chunk_size,
-                **self.engine_kwargs,
-            )
-            self.pad_token_id: int = (
-                tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            )
-        module_temperature = getattr(getattr(pl_module, "hparams", None), "temperature", None)
-        if module_temperature is not None and float(module_temperature) != self.sampling.temperature:
+        if isinstance(pl_module, FGRPOModule) and float(pl_module.hp.temperature) != self.sampling.temperature:
             # The engine reports log_softmax(z / sampling.temperature); the module divides its logits by its own
             # temperature. Different values make the importance weights and logprob_mismatch meaningless.
             log.warning(
                 "RolloutCallback.sampling.temperature=%s differs from the module's temperature=%s: the sampling "
                 "log-probs and the trainer's log-probs are then at different temperatures",
                 self.sampling.temperature,
-                module_temperature,
+                pl_module.hp.temperature,
             )
 
+    def _build_engine(self) -> RolloutCollector:
+        """The engine and its collector, built once from the (now configured) policy."""
+        assert self._consumer is not None, "RolloutCallback.setup has not run"
+        if self.collector is None:
+            self._workdir = tempfile.TemporaryDirectory(prefix="lit_fgrpo_engine_")
+            tokenizer = self._consumer.tokenizer
+            self.engine = build_engine(
+                self._engine_kind,
+                self._consumer.policy,
+                tokenizer,
+                self._workdir.name,
+                hf_chunk_size=self._hf_chunk_size,
+                **self._engine_kwargs,
+            )
+            self.collector = RolloutCollector(
+                self.engine,
+                tokenizer,
+                self._reward_funcs,
+                self._reward_weights,
+                self._correctness,
+                self._correct_threshold,
+                pad_id_of(tokenizer),
+                self._mask_truncated,
+            )
+        return self.collector
+
+    @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
-        self.engine = None
+        if self.engine is not None:
+            self.engine.close()
+        self.engine, self.collector = None, None
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
 
-    def _sleep(self) -> None:
-        """Free the engine's accelerator memory for the optimizer step (no-op unless sleep mode is on)."""
-        sleep = getattr(self.engine, "sleep", None)
-        if sleep is not None:
-            sleep()
-
-    def _wake(self) -> None:
-        """Bring a sleeping engine back before it generates or scores (no-op when awake)."""
-        wake_up = getattr(self.engine, "wake_up", None)
-        if wake_up is not None:
-            wake_up()
-
-    def _sync(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        assert self.engine is not None
-        self._wake()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
+    def _sync(self, trainer: L.Trainer) -> None:
+        self._build_engine()
+        assert self.engine is not None and self._consumer is not None
+        self.engine.wake_up()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
         start = time.perf_counter()
-        self.engine.sync_weights(pl_module.policy)  # type: ignore[arg-type]
+        self.engine.sync_weights(self._consumer.policy)
         elapsed = time.perf_counter() - start
         self.last_sync_step = trainer.global_step
         self._engine_stale = False
         metrics = {"rollout/sync_seconds": elapsed}
-        if self.sync_probe_rows > 0 and self._probe is not None:
-            metrics["rollout/sync_logprob_delta"] = self._check_sync(pl_module)
+        if self._sync_probe_rows > 0 and self._probe is not None:
+            metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
         if trainer.logger is not None:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
-    def _ensure_synced(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, prompt_ids: list[list[int]], evaluation: bool
-    ) -> None:
+    def _ensure_synced(self, trainer: L.Trainer, prompt_ids: list[list[int]], evaluation: bool) -> None:
         """Push the weights before sampling when the engine may be behind the policy.
 
         The engine is behind when it was built before a warm start or a checkpoint restore (``_engine_stale``),
@@ -214,169 +246,136 @@ class RolloutCallback(L.Callback):
         behind = evaluation and trainer.state.fn == "fit" and self.last_sync_step != trainer.global_step
         if not (self._engine_stale or behind):
             return
-        if self._probe is None and self.sync_probe_rows > 0 and prompt_ids:
+        if self._probe is None and self._sync_probe_rows > 0 and prompt_ids:
             # No rollout yet to probe with: force the prompts' own tokens as completions. Any tokens do; the
             # check compares two models on the same forced sequence.
-            rows = [prompt_ids[r % len(prompt_ids)] for r in range(self.sync_probe_rows)]
+            rows = [prompt_ids[r % len(prompt_ids)] for r in range(self._sync_probe_rows)]
             self._probe = (rows, [p[-8:] for p in rows])
-        self._sync(trainer, pl_module)
+        self._sync(trainer)
 
     @torch.no_grad()
-    def _check_sync(self, pl_module: L.LightningModule) -> float:
-        """Engine vs trainer log-probs on a few rows of the last rollout; raises beyond the tolerance.
-
-        Both sides are at temperature 1: the engine's ``score`` is, and the trainer's log-probs are computed
-        with ``temperature=1.0`` here, so a sampling temperature != 1 does not enter the comparison.
-        """
-        assert self.engine is not None and self._probe is not None
-        self._wake()
+    def _check_sync(self, step: int) -> float:
+        """Engine vs trainer log-probs on a few rows of the last rollout, both at temperature 1."""
+        assert self.engine is not None and self._probe is not None and self.collector is not None
+        assert self._consumer is not None
+        self.engine.wake_up()
         prompts, completions = self._probe
-        engine_lp = self.engine.score(prompts, completions)
-        policy: Any = pl_module.policy
-        trainer_lp = policy_logprobs(policy, prompts, completions, self.pad_token_id, temperature=1.0)
-        where = f"RolloutCallback weight sync at step {pl_module.global_step} (sync_tolerance)"
-        return check_logprob_gap(engine_lp, trainer_lp, self.sync_tolerance, where)
+        engine_lp = self.engine.score(prompts, completions, temperature=1.0)
+        pad = self.collector.pad_token_id
+        trainer_lp = policy_logprobs(self._consumer.policy, prompts, completions, pad, temperature=1.0)
+        where = f"RolloutCallback weight sync at step {step} (sync_tolerance)"
+        return check_logprob_gap(engine_lp, trainer_lp, self._sync_tolerance, where)
 
     # ------------------------------------------------------------------ rollouts
-    def make_rollout(
-        self, pl_module: L.LightningModule, records: list[PromptRecord], sampling: SamplingConfig
-    ) -> RolloutBatch:
-        """Sample ``sampling.n`` completions for each record, score them and pack a RolloutBatch."""
-        assert self.engine is not None, "RolloutCallback.setup has not run"
-        prompt_ids = [record.prompt_ids for record in records]
-        self._wake()
-        start = time.perf_counter()
-        generation = self.engine.generate(prompt_ids, sampling)
-        gen_seconds = time.perf_counter() - start
-        tokenizer: Any = _as_any(pl_module).tokenizer
-        completions = tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
-        prompts = [record.prompt for record in records for _ in range(sampling.n)]
-        columns: dict[str, Any] = dict(columns_per_completion(records, sampling.n))
-        columns["completion_length"] = [len(ids) for ids in generation.completion_ids]
-        scored = score_completions(
-            prompts,
-            completions,
-            columns,
-            self.reward_funcs,
-            self.reward_weights,
-            self.correctness,
-            self.correct_threshold,
-        )
-        ids, attn, mask, sampling_logp = pad_rollouts(
-            prompt_ids, generation, sampling.n, self.pad_token_id, self.mask_truncated
-        )
-        P, G = len(records), sampling.n
-        num_tokens = sum(len(c) for c in generation.completion_ids)
-        stats = {
-            "tokens_per_s": num_tokens / max(gen_seconds, 1e-9),
-            "generation_seconds": gen_seconds,
-            "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
-        }
-        for name, count in scored.num_failed.items():
-            stats[f"failed_{name}"] = float(count)
-        for name, values in scored.per_function.items():
-            stats[f"reward_{name}"] = float(torch.nanmean(values.float())) if values.numel() else 0.0
-        probe_rows = min(self.sync_probe_rows, len(generation.completion_ids))
-        # Rows are prompt-major: row r is a completion of prompt r // n.
-        self._probe = (
-            [prompt_ids[r // sampling.n] for r in range(probe_rows)],
-            [list(c) for c in generation.completion_ids[:probe_rows]],
-        )
-        return RolloutBatch(
-            input_ids=ids,
-            attention_mask=attn,
-            completion_mask=mask,
-            rewards=scored.rewards.view(P, G),
-            correct=scored.correct.view(P, G),
-            max_completion_length=sampling.max_tokens,
-            sampling_logp=sampling_logp,
-            prompts=prompts,
-            completions=completions,
-            stats=stats,
-        )
+    def collect(self, batch: PromptBatch, sampling: SamplingConfig) -> RolloutBatch:
+        """Sample and score one batch through the collector; remembers a few rows as the next sync probe."""
+        rollout = self._build_engine().collect(batch.records, sampling)
+        rows = min(self._sync_probe_rows, len(rollout.completion_ids))
+        G = rollout.group_size
+        self._probe = ([rollout.prompt_ids[r // G] for r in range(rows)], rollout.completion_ids[:rows])
+        return rollout
 
-    def _train_sampling(self, step: int) -> SamplingConfig:
-        return replace(self.sampling, seed=self.seed + step)
+    def train_sampling(self, step: int) -> SamplingConfig:
+        """Sampling of training step ``step``: seeded ``seed + step``, so a resumed run repeats exactly."""
+        return replace(self.sampling, seed=self._seed + step)
 
-    def _eval_sampling(self, batch_idx: int, offset: int) -> SamplingConfig:
-        temperature = self.val_temperature or self.sampling.temperature
-        return replace(
-            self.sampling, n=self.val_samples, temperature=temperature, seed=self.seed + offset + 7919 * batch_idx
-        )
+    def eval_sampling(self, batch_idx: int, offset: int = VAL_SEED_OFFSET) -> SamplingConfig:
+        """Sampling of evaluation batch ``batch_idx``: ``val_samples`` per prompt, seeds apart from training."""
+        temperature = self._val_temperature or self.sampling.temperature
+        seed = self._seed + offset + EVAL_BATCH_STRIDE * batch_idx
+        return replace(self.sampling, n=self._val_samples, temperature=temperature, seed=seed)
 
+    @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=False)
-        rollout = self.make_rollout(pl_module, batch, self._train_sampling(trainer.global_step))
-        pl_module.receive_rollout(rollout)  # type: ignore[operator]
-        self._sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
-        every = self.log_samples_every
-        if every and trainer.global_step % every == 0:
-            self._log_samples(trainer, rollout)
+        assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
+        self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
+        batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        assert self.engine is not None
+        self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
 
+    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         # Count optimizer steps since the last push: a training step may take several (mini-batches, mu > 1),
         # so global_step can jump over the multiples of sync_every.
-        if trainer.global_step - self.last_sync_step >= self.sync_every:
-            self._sync(trainer, pl_module)
+        if trainer.global_step - self.last_sync_step >= self._sync_every:
+            self._sync(trainer)
 
+    @override
     def on_validation_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=True)
-        pl_module.receive_rollout(self.make_rollout(pl_module, batch, self._eval_sampling(batch_idx, 1_000_003)))  # type: ignore[operator]
+        assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
+        self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
+        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
 
+    @override
     def on_test_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._ensure_synced(trainer, pl_module, [record.prompt_ids for record in batch], evaluation=True)
-        pl_module.receive_rollout(self.make_rollout(pl_module, batch, self._eval_sampling(batch_idx, 2_000_003)))  # type: ignore[operator]
+        assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
+        self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
+        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, TEST_SEED_OFFSET))
 
-    # ------------------------------------------------------------------ start / end of fit
+    # ------------------------------------------------------------------ start of a stage
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The engine was built in setup; a warm start (another callback's on_fit_start, in any order) or a
-        # checkpoint restore (fit(ckpt_path=...), before or after this hook depending on the strategy) changes
-        # the policy afterwards. Mark it stale; the first rollout pushes the weights then.
+        # A warm start (another callback's on_fit_start, in any order) or a checkpoint restore changes the policy
+        # after the engine is built. Mark it stale; the first rollout pushes the weights then.
+        self._build_engine()
         self._engine_stale = True
 
+    @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.state.fn != "fit":  # validate(ckpt_path=...) restores after setup built the engine
+        self._build_engine()
+        if trainer.state.fn != "fit":  # validate(ckpt_path=...) restores after setup
             self._engine_stale = True
 
+    @override
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._engine_stale = True  # test(ckpt_path=...) restores after setup built the engine
+        self._build_engine()
+        self._engine_stale = True  # test(ckpt_path=...) restores after setup
 
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        val_prompts = [record.prompt_ids for record in self._eval_records(trainer)[:2]]
         if self._engine_stale:
             # Push now rather than at the first batch so that the start-of-run validation samples from the
             # trained-from policy (warm-started or restored); probed on a validation prompt when there is one.
-            self._ensure_synced(trainer, pl_module, self._first_prompts(trainer, "val"), evaluation=False)
-        if self.validate_at_start and trainer.global_step == 0:
-            self.start_pass_at_k = self.evaluate(trainer, pl_module)
+            self._ensure_synced(trainer, val_prompts, evaluation=False)
+        if self._validate_at_start and trainer.global_step == 0:
+            self.start_pass_at_k = self.evaluate(trainer)
             if trainer.logger is not None and self.start_pass_at_k:
                 trainer.logger.log_metrics({f"val/{k}": v for k, v in self.start_pass_at_k.items()}, step=0)
 
     @staticmethod
-    def _first_prompts(trainer: L.Trainer, split: str) -> list[list[int]]:
-        """Token ids of the first few prompts of a split (for the sync probe), or [] when there are none."""
-        datamodule: Any = getattr(trainer, "datamodule", None)
-        splits = getattr(datamodule, "splits", None) or {}
-        records = splits.get(split) or splits.get("train") or []
-        return [record.prompt_ids for record in records[:2]]
+    def _val_batches(trainer: L.Trainer) -> list[Any]:
+        """The data module's validation batches (lists of records), or [] without a data module.
+
+        Read from ``val_dataloader()`` directly: at ``on_train_start`` Lightning has not built its own yet.
+        """
+        # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
+        datamodule: L.LightningDataModule | None = getattr(trainer, "datamodule", None)
+        if datamodule is None or not is_overridden("val_dataloader", datamodule):
+            return []
+        return list(datamodule.val_dataloader())
+
+    def _eval_records(self, trainer: L.Trainer) -> list[Any]:
+        """The first validation batch's records (for the sync probe), or [] when there is none."""
+        batches = self._val_batches(trainer)
+        return list(batches[0]) if batches else []
 
     @torch.no_grad()
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str = "val") -> dict[str, float]:
-        """pass@k on the datamodule's validation (or test) prompts, outside Lightning's loops."""
-        datamodule = trainer.datamodule  # type: ignore[attr-defined]
-        if datamodule is None:
-            return {}
-        loader = datamodule.val_dataloader() if split == "val" else datamodule.test_dataloader()
-        metric = PassAtK(list(_as_any(pl_module).val_pass_at_k.ks))
-        for batch_idx, records in enumerate(loader):
-            rollout = self.make_rollout(pl_module, records, self._eval_sampling(batch_idx, 1_000_003))
+    def evaluate(self, trainer: L.Trainer) -> dict[str, float]:
+        """pass@k on the data module's validation prompts with the validation sampling (the start-of-run value)."""
+        assert self._consumer is not None
+        ks = self._consumer.pass_at_k.ks if isinstance(self._consumer, FGRPOModule) else [1]
+        metric = PassAtK(list(ks))
+        for batch_idx, records in enumerate(self._val_batches(trainer)):
+            rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
             metric.update(rollout.correct)
         if float(metric.num_problems) == 0:
             return {}
@@ -384,46 +383,16 @@ class RolloutCallback(L.Callback):
         assert isinstance(result, dict)
         return {name: float(value) for name, value in result.items()}
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        after: dict[str, float] = getattr(pl_module, "last_val_pass_at_k", {})
-        if not self.start_pass_at_k or not after or not trainer.is_global_zero:
-            return
-        lines = ["", "held-out pass@k        before RL    after RL"]
-        for name in self.start_pass_at_k:
-            lines.append(f"  {name:<20} {self.start_pass_at_k[name]:>9.3f}   {after.get(name, float('nan')):>9.3f}")
-        print("\n".join(lines) + "\n")
-        if trainer.logger is not None:
-            final = {f"final/{k}": v for k, v in after.items()}
-            final |= {f"final/start_{k}": v for k, v in self.start_pass_at_k.items()}
-            trainer.logger.log_metrics(final, step=trainer.global_step)
-
-    def _log_samples(self, trainer: L.Trainer, rollout: RolloutBatch) -> None:
-        logger = trainer.logger
-        experiment = getattr(logger, "experiment", None)
-        run_id = getattr(logger, "run_id", None)
-        if experiment is None or run_id is None or not hasattr(experiment, "log_table"):
-            return
-        rows = min(8, len(rollout.completions))
-        table = {
-            "step": [trainer.global_step] * rows,
-            "prompt": rollout.prompts[:rows],
-            "completion": rollout.completions[:rows],
-            "reward": [float(x) for x in rollout.rewards.reshape(-1)[:rows]],
-            "correct": [bool(x) for x in rollout.correct.reshape(-1)[:rows]],
-        }
-        try:
-            experiment.log_table(run_id, data=table, artifact_file=f"samples/step_{trainer.global_step:06d}.json")
-        except Exception as err:  # a logging hiccup must never stop training
-            log.warning("could not log the sample table: %s", err)
-
     # ------------------------------------------------------------------ checkpoint state
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"last_sync_step": self.last_sync_step, "start_pass_at_k": self.start_pass_at_k}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
-        self._engine_stale = True  # the policy is being restored; the engine still holds the weights it was built from
+        self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
 
 
-__all__ = ["RolloutCallback", "WeightSyncError", "reward_name"]
+__all__ = ["EVAL_BATCH_STRIDE", "TEST_SEED_OFFSET", "VAL_SEED_OFFSET", "RolloutCallback", "RolloutConsumer"]

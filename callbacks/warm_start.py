@@ -10,7 +10,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import lightning as L
+from typing_extensions import override
 
+from lit_fgrpo.callbacks.rollout import RolloutConsumer
+from lit_fgrpo.data.datamodule import PromptDataModule
+from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.sft import supervised_warm_start
 
 
@@ -45,14 +49,18 @@ class WarmStartCallback(L.Callback):
         self.answer_field, self.append_eos, self.max_examples = answer_field, append_eos, max_examples
         self.done = False
 
+    @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.done or self.steps == 0 or trainer.ckpt_path is not None:
             return
-        datamodule: Any = trainer.datamodule  # type: ignore[attr-defined]
-        records = getattr(datamodule, "splits", {}).get("train") if datamodule is not None else None
+        if not isinstance(pl_module, FGRPOModule | RolloutConsumer):
+            raise TypeError(f"WarmStartCallback needs a module with `policy` and `tokenizer`, got {type(pl_module)}")
+        # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
+        datamodule = getattr(trainer, "datamodule", None)
+        records = datamodule.splits.get("train") if isinstance(datamodule, PromptDataModule) else None
         if not records:
             raise ValueError("WarmStartCallback needs a PromptDataModule with a training split (datamodule.splits)")
-        tokenizer: Any = pl_module.tokenizer  # type: ignore[attr-defined]
+        tokenizer = pl_module.tokenizer
         examples = []
         for record in records[: self.max_examples]:
             if self.answer_field not in record.columns:
@@ -68,7 +76,7 @@ class WarmStartCallback(L.Callback):
                 trainer.logger.log_metrics({"warm_start/loss": loss}, step=step - self.steps)
 
         supervised_warm_start(
-            pl_module.policy,  # type: ignore[arg-type]
+            pl_module.policy,
             examples,
             self.steps,
             pad,
@@ -79,8 +87,10 @@ class WarmStartCallback(L.Callback):
         )
         self.done = True
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"done": self.done}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.done = bool(state_dict.get("done", False))

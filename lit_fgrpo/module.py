@@ -1,43 +1,50 @@
 """``FGRPOModule``: the policy, the frozen reference and the focal-weighted optimizer steps.
 
-The module is glue: advantages come from :func:`lit_fgrpo.objectives.group_advantages`, the loss from
-:func:`lit_fgrpo.objectives.policy_loss`. Rollouts are produced by
-:class:`lit_fgrpo.callbacks.RolloutCallback`, which hands each batch over with :meth:`FGRPOModule.receive_rollout`
-before ``training_step`` / ``validation_step`` run. All G samples of a prompt stay on one rank, so group
-statistics need no gather.
+The module is glue over typed seams. Its batch is a :class:`~lit_fgrpo.rollout.batch.PromptBatch`
+(``on_after_batch_transfer`` wraps the data module's ``list[PromptRecord]``); the
+:class:`~lit_fgrpo.callbacks.RolloutCallback` attaches the scored :class:`~lit_fgrpo.rollout.batch.RolloutBatch`
+to it in ``on_train_batch_start``, and ``training_step(batch)`` trains on ``batch.rollout`` through the public
+:meth:`FGRPOModule.step_on`. Advantages come from :func:`lit_fgrpo.objectives.group_advantages`, the loss from
+:func:`lit_fgrpo.objectives.policy_loss`, the micro-batch aggregation from :mod:`lit_fgrpo.objectives.aggregation`
+and the logged statistics from :mod:`lit_fgrpo.objectives.diagnostics`. All G samples of a prompt stay on one
+rank, so group statistics need no gather.
+
+The policy (and the reference, LoRA, gradient checkpointing) is built in :meth:`configure_model`, which Lightning
+calls under the strategy's init contexts (bf16 weights with ``precision="bf16-true"``); outside a Trainer the first
+access to :attr:`policy` builds it.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
-import numpy as np
 import torch
-from torch import Tensor
+from lightning.pytorch.core.optimizer import LightningOptimizer
+from torch import Tensor, nn
+from typing_extensions import override
 
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.objectives import AdvantageScale, LossType, focal_weight, group_advantages, group_success_rate
+from lit_fgrpo.objectives import AdvantageScale, LossType, group_advantages
+from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
+from lit_fgrpo.objectives.diagnostics import mismatch_stat, rollout_stats, train_stats
 from lit_fgrpo.objectives.hparam_checks import check_module_numbers
-from lit_fgrpo.objectives.mismatch import logprob_mismatch, truncated_importance_weights
+from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
-from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 
-# Clip defaults per loss preset (paper Table 5): GRPO symmetric 0.2, DAPO clip-higher, CISPO IS weight in [0, 6].
-LOSS_PRESETS: dict[str, tuple[float, float]] = {
-    "grpo": (0.2, 0.2),
-    "bnpo": (0.2, 0.2),
-    "dr_grpo": (0.2, 0.2),
-    "dapo": (0.2, 0.28),
-    "cispo": (1.0, 5.0),
-}
+# The batch seam overrides on_after_batch_transfer on purpose while PromptDataModule (which does not) serves the
+# data; Lightning warns about every module hook of that kind. This one is by design.
+warnings.filterwarnings("ignore", message=r".*`on_after_batch_transfer` in `LightningModule`.*")
+
+_HALF_PRECISIONS = {"bf16-true": torch.bfloat16, "16-true": torch.float16}
 
 
 class FGRPOModule(L.LightningModule):
@@ -112,25 +119,13 @@ class FGRPOModule(L.LightningModule):
         self._validate(locals())
         self.save_hyperparameters()
         self.automatic_optimization = False
-        self.gamma = gamma
         self.loss_type: LossType = loss_type
-        low, high = LOSS_PRESETS[loss_type]
-        self.epsilon = low if epsilon is None else epsilon
-        self.epsilon_high = high if epsilon_high is None else epsilon_high
+        self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
         self.tokenizer = load_tokenizer(tokenizer or model or "")
-        policy = build_policy(model, model_config, self.tokenizer, seed)
-        if gradient_checkpointing:
-            policy.gradient_checkpointing_enable()  # type: ignore[operator]
         self.is_lora = lora is not None
-        self.policy = apply_lora(policy, lora) if lora is not None else policy
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
-        self._reference: list[torch.nn.Module] = []
-        if beta > 0 and not self.is_lora:
-            reference = copy.deepcopy(policy).eval()
-            reference.requires_grad_(False)
-            self._reference.append(reference)
-        self.val_pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
-        self._rollout: RolloutBatch | None = None
+        self._reference: list[nn.Module] = []
+        self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
 
     @staticmethod
     def _validate(args: dict[str, Any]) -> None:
@@ -158,34 +153,64 @@ class FGRPOModule(L.LightningModule):
             if not ok:
                 raise ValueError(message)
 
-    # ------------------------------------------------------------------ plumbing
-    def receive_rollout(self, rollout: RolloutBatch) -> None:
-        """Called by the rollout callback right before ``training_step`` / ``validation_step``."""
-        self._rollout = rollout.to(self.device)
+    # ------------------------------------------------------------------ model
+    @override
+    def configure_model(self) -> None:
+        """Build the policy (seeded, the same on every rank), LoRA, gradient checkpointing and the reference.
 
-    def _take_rollout(self) -> RolloutBatch:
-        if self._rollout is None:
-            raise RuntimeError(
-                "FGRPOModule got a batch without rollouts: add lit_fgrpo.callbacks.RolloutCallback to "
-                "Trainer(callbacks=[...]) (or call module.receive_rollout(batch) yourself before each step)."
-            )
-        rollout, self._rollout = self._rollout, None
-        return rollout
+        Idempotent, as Lightning requires. Under a Trainer with ``precision="bf16-true"`` (or ``"16-true"``) the
+        weights are built in that dtype; otherwise in float32.
+        """
+        if "policy" in self._modules:
+            return
+        hp = self.hp
+        dtype = torch.float32
+        if self._trainer is not None:
+            dtype = _HALF_PRECISIONS.get(str(self.trainer.precision), torch.float32)
+        policy = build_policy(hp.model, hp.model_config, self.tokenizer, hp.seed, dtype=dtype)
+        if hp.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()  # type: ignore[operator]
+        if hp.beta > 0 and not self.is_lora:
+            reference = copy.deepcopy(policy).eval()
+            reference.requires_grad_(False)
+            self._reference.append(reference)
+        # Registered as the submodule "policy" (checkpoint keys `policy.*`); `add_module` would trip over the
+        # `policy` property, which builds on first use.
+        self._modules["policy"] = apply_lora(policy, hp.lora) if hp.lora is not None else policy
+
+    @property
+    def policy(self) -> nn.Module:
+        """The trained causal LM (a PEFT wrapper with LoRA); built on first use outside a Trainer."""
+        if "policy" not in self._modules:
+            self.configure_model()
+        module = self._modules["policy"]
+        assert module is not None
+        return module
 
     @property
     def hp(self) -> Any:
-        """The saved hyperparameters (typed loosely for attribute access)."""
+        """The saved hyperparameters (typed loosely for attribute access); the one source of ``gamma`` & co."""
         return self.hparams
 
     @property
-    def reference(self) -> torch.nn.Module | None:
+    def reference(self) -> nn.Module | None:
+        """The frozen reference for the KL term (None without KL, and with LoRA: the adapters are disabled)."""
+        if self.hp.beta > 0:
+            _ = self.policy  # built together
         return self._reference[0] if self._reference else None
 
+    @override
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> PromptBatch:
+        """The seam: the data module's ``list[PromptRecord]`` becomes a :class:`PromptBatch` for the callbacks."""
+        return as_prompt_batch(batch)
+
+    @override
     def on_fit_start(self) -> None:
         # The reference sits outside the module tree, so the strategy does not move it; follow the policy.
         if self.reference is not None:
             self.reference.to(self.device)
 
+    @override
     def configure_optimizers(self) -> Any:
         params = [p for p in self.policy.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(
@@ -208,63 +233,100 @@ class FGRPOModule(L.LightningModule):
         )
 
     @torch.no_grad()
-    def _frozen_logp(self, rollout: RolloutBatch, reference: bool) -> Tensor:
+    def _old_logp(self, rollout: RolloutBatch) -> Tensor:
+        """(B, T) log-probs of the policy before this step's updates."""
         rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        if reference and self.is_lora:
+        return self._logp(self.policy, rollout, rows).logp
+
+    @torch.no_grad()
+    def _ref_logp(self, rollout: RolloutBatch) -> Tensor:
+        """(B, T) log-probs of the frozen reference (for LoRA: the policy with its adapters disabled)."""
+        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
+        if self.is_lora:
             with self.policy.disable_adapter():  # type: ignore[operator]
                 return self._logp(self.policy, rollout, rows).logp
-        model = self.reference if reference else self.policy
-        assert model is not None
-        return self._logp(model, rollout, rows).logp
+        assert self.reference is not None
+        return self._logp(self.reference, rollout, rows).logp
 
     # ------------------------------------------------------------------ training
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        rollout = self._take_rollout()
+    @override
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
+        """One RL step on the rollout that the rollout callback attached to ``batch``."""
+        return self.step_on(batch.take_rollout())
+
+    def step_on(self, rollout: RolloutBatch) -> Tensor:
+        """Train on one rollout: advantages, ``num_iterations`` passes of mini-batch optimizer steps, logging.
+
+        Needs the Trainer's optimizer (call it from ``training_step``); :meth:`backward_on` is the
+        Trainer-free piece. Returns the summed loss of all optimizer steps.
+        """
+        rollout = rollout.to(self.device)
         P, G = rollout.num_prompts, rollout.group_size
-        advantages = group_advantages(
-            rollout.rewards, self.gamma, self.hp.scale_rewards, rollout.correct, self.hp.advantage_eps
-        )  # (P, G)
-        flat_adv = advantages.reshape(-1).to(self.device)  # (B,)
+        advantages = self.advantages(rollout)  # (P, G)
+        flat_adv = advantages.reshape(-1)  # (B,)
         mask = rollout.completion_mask  # (B, T)
         prompts_per_step = self.hp.mini_batch_prompts or P
         num_minibatches = math.ceil(P / prompts_per_step)
         needs_old = self.hp.num_iterations > 1 or num_minibatches > 1
         needs_train_logp = needs_old or self.hp.importance_correction != "none"
-        train_old = self._frozen_logp(rollout, reference=False) if needs_train_logp else None  # (B, T)
-        ref_logp = self._frozen_logp(rollout, reference=True) if self.hp.beta > 0 else None  # (B, T)
+        train_old = self._old_logp(rollout) if needs_train_logp else None  # (B, T)
+        ref_logp = self._ref_logp(rollout) if self.hp.beta > 0 else None  # (B, T)
         is_weights = None
         if self.hp.importance_correction != "none" and rollout.sampling_logp is not None:
             assert train_old is not None
             is_weights = truncated_importance_weights(
                 train_old, rollout.sampling_logp, mask, self.hp.importance_correction, self.hp.importance_cap
-            )
-        # TRL's dapo/cispo divisor: active tokens of the generation batch (all ranks) / ranks, per optimizer step.
-        world = self.trainer.world_size if self._trainer is not None else 1
+            )  # (B, T) or (B, 1)
+        world = self.trainer.world_size
         global_tokens = mask.sum()
         if world > 1:
             global_tokens = self.trainer.strategy.reduce(global_tokens, reduce_op="sum")
-        num_items = global_tokens / world / num_minibatches
+        num_items = token_divisor(global_tokens, world, num_minibatches)
 
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
-        step_stats: list[dict[str, Tensor]] = []
+        assert isinstance(optimizer, LightningOptimizer)
+        assert isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler)
+        pieces: list[dict[str, Tensor]] = []
         start = time.perf_counter()
-        trained_tokens = 0.0
         for _ in range(self.hp.num_iterations):
             for first_prompt in range(0, P, prompts_per_step):
                 rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
-                optimizer.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-                stats, tokens = self._accumulate(rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items)
-                trained_tokens += tokens
-                step_stats.extend(stats)
+                optimizer.zero_grad(set_to_none=True)
+                pieces.extend(self._accumulate(rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items))
                 if self.hp.max_grad_norm is not None:
-                    self.clip_gradients(optimizer, gradient_clip_val=self.hp.max_grad_norm)  # type: ignore[arg-type]
-                optimizer.step()  # type: ignore[union-attr]
-                scheduler.step()  # type: ignore[union-attr]
+                    self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
         elapsed = time.perf_counter() - start
         num_steps = self.hp.num_iterations * num_minibatches
-        tokens_per_s = trained_tokens / max(elapsed, 1e-9)
-        return self._log_training(rollout, advantages, step_stats, tokens_per_s, train_old, num_steps)
+        tokens_per_s = sum(float(p["tokens"]) for p in pieces) / max(elapsed, 1e-9)
+        values = train_stats(pieces, num_steps, tokens_per_s)
+        values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.hp.gamma, mask)
+        values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
+        values |= {f"rollout/{key}": float(value) for key, value in rollout.stats.items()}
+        self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
+        self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
+        return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
+
+    def advantages(self, rollout: RolloutBatch) -> Tensor:
+        """(P, G) focal-weighted group advantages of a rollout with this module's settings."""
+        return group_advantages(
+            rollout.rewards, self.hp.gamma, self.hp.scale_rewards, rollout.correct, self.hp.advantage_eps
+        ).to(self.device)
+
+    def backward_on(self, rollout: RolloutBatch) -> list[dict[str, Tensor]]:
+        """Forward/backward of a whole rollout as one mini-batch (one pass, one step), without an optimizer step.
+
+        Gradients accumulate in the policy's ``.grad``; usable outside a Trainer (tests, a user's own loop).
+        Returns the loss pieces of the micro-batches (see :func:`~lit_fgrpo.objectives.diagnostics.train_stats`).
+        """
+        rollout = rollout.to(self.device)
+        flat_adv = self.advantages(rollout).reshape(-1)  # (B,)
+        ref_logp = self._ref_logp(rollout) if self.hp.beta > 0 else None  # (B, T)
+        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
+        num_items = token_divisor(rollout.completion_mask.sum(), 1, 1)
+        return self._accumulate(rollout, rows, flat_adv, None, ref_logp, None, num_items)
 
     def _accumulate(
         self,
@@ -275,44 +337,35 @@ class FGRPOModule(L.LightningModule):
         ref_logp: Tensor | None,
         is_weights: Tensor | None,
         num_items: Tensor,
-    ) -> tuple[list[dict[str, Tensor]], float]:
+    ) -> list[dict[str, Tensor]]:
         """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss."""
         mask = rollout.completion_mask
         mb_rows, mb_tokens = len(rows), mask[rows].sum()
         if self.hp.skip_zero_advantage and self.hp.beta == 0:
             rows = rows[flat_adv[rows] != 0]
-        stats: list[dict[str, Tensor]] = []
-        tokens = 0.0
+        pieces: list[dict[str, Tensor]] = []
         for chunk in rows.split(self.hp.micro_batch_rows) if len(rows) else ():
             out = self._logp(self.policy, rollout, chunk, with_entropy=True)
-            # Aggregate as if the whole mini-batch were one TRL micro-batch: scale each piece by its share.
-            loss_type: LossType = self.loss_type
-            items: Tensor | None = num_items
-            share = 1.0
-            if loss_type in ("grpo", "dr_grpo"):
-                share = len(chunk) / mb_rows
-                items = None
-            elif loss_type == "bnpo":
-                loss_type, items = "dapo", mb_tokens
+            agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
             loss, piece = policy_loss(
                 out.logp,
                 train_old[chunk] if train_old is not None else None,
                 flat_adv[chunk],
                 mask[chunk],
-                loss_type,
+                agg.loss_type,
                 self.epsilon,
                 self.epsilon_high,
                 ref_logp[chunk] if ref_logp is not None else None,
                 self.hp.beta,
                 max_completion_length=rollout.max_completion_length,
-                num_items=items,
+                num_items=agg.num_items,
                 importance_weights=is_weights[chunk] if is_weights is not None else None,
             )
             if self._trainer is not None:
-                self.manual_backward(loss * share)
-            else:  # used outside a Trainer (e.g. by a user's own loop or a test)
-                (loss * share).backward()
-            piece["loss"] = (loss * share).detach()
+                self.manual_backward(loss * agg.share)
+            else:  # used outside a Trainer (backward_on from a user's own loop or a test)
+                (loss * agg.share).backward()
+            piece["loss"] = (loss * agg.share).detach()
             piece["tokens"] = mask[chunk].sum()
             assert out.entropy is not None
             piece["entropy_sum"] = (out.entropy * mask[chunk]).sum()
@@ -320,122 +373,40 @@ class FGRPOModule(L.LightningModule):
                 # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
                 gap = (out.logp.detach() - rollout.sampling_logp[chunk]).abs()  # (b, T)
                 piece["mismatch_sum"] = (gap * mask[chunk]).sum()
-            stats.append(piece)
-            tokens += float(piece["tokens"])
-        return stats, tokens
-
-    def _log_training(
-        self,
-        rollout: RolloutBatch,
-        advantages: Tensor,
-        stats: list[dict[str, Tensor]],
-        train_tokens_per_s: float,
-        train_old: Tensor | None,
-        num_steps: int,
-    ) -> Tensor:
-        rewards, correct = rollout.rewards, rollout.correct
-        valid = ~torch.isnan(rewards)
-        active = (advantages != 0).any(dim=1)  # (P,)
-        mu_hat = group_success_rate(correct, valid)  # (P,)
-        weights = focal_weight(mu_hat, self.gamma)  # (P,)
-        tokens = sum(float(s["tokens"]) for s in stats)
-        loss = torch.stack([s["loss"] for s in stats]).sum() if stats else torch.zeros((), device=self.device)
-
-        def token_mean(key: str) -> float:
-            if not stats or tokens == 0:
-                return 0.0
-            return sum(float(s[key]) * float(s["tokens"]) for s in stats) / tokens
-
-        lengths = rollout.completion_mask.sum(dim=1)
-        values = {
-            "train/loss": float(loss) / num_steps,
-            "train/clip_frac": token_mean("clip_frac"),
-            "train/clip_frac_low": token_mean("clip_frac_low"),
-            "train/clip_frac_high": token_mean("clip_frac_high"),
-            "train/ratio_mean": token_mean("ratio_mean"),
-            "train/kl": token_mean("kl"),
-            "train/entropy": sum(float(s["entropy_sum"]) for s in stats) / tokens if tokens else 0.0,
-            "train/tokens_per_s": train_tokens_per_s,
-            "rollout/reward_mean": float(torch.nanmean(rewards)),
-            "rollout/reward_std": float(rewards[valid].std()) if valid.sum() > 1 else 0.0,
-            "rollout/success_rate": float(mu_hat.mean()),
-            "rollout/frac_active_groups": float(active.float().mean()),
-            "rollout/completion_length": float(lengths.mean()),
-            "focal/weight_mean": float(weights[active].mean()) if active.any() else 1.0,
-            "focal/weight_min": float(weights[active].min()) if active.any() else 1.0,
-        }
-        if train_old is not None and rollout.sampling_logp is not None:
-            values["rollout/logprob_mismatch"] = float(
-                logprob_mismatch(train_old, rollout.sampling_logp, rollout.completion_mask)
-            )
-        elif tokens and all("mismatch_sum" in s for s in stats):
-            values["rollout/logprob_mismatch"] = sum(float(s["mismatch_sum"]) for s in stats) / tokens
-        for key, value in rollout.stats.items():
-            values[f"rollout/{key}"] = float(value)
-        batch_size = rollout.num_prompts
-        self.log_dict(values, on_step=True, on_epoch=False, batch_size=batch_size)
-        self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=batch_size)
-        return loss
+            pieces.append(piece)
+        return pieces
 
     # ------------------------------------------------------------------ validation
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        rollout = self._take_rollout()
-        self.val_pass_at_k.update(rollout.correct)
+    @override
+    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        rollout = batch.take_rollout()
+        self.pass_at_k.update(rollout.correct)
         self.log("val/reward_mean", float(torch.nanmean(rollout.rewards)), batch_size=rollout.num_prompts)
 
-    def _log_pass_at_k(self, split: str) -> dict[str, float]:
-        """Log ``{split}/pass_at_k`` accumulated over the epoch and reset; {} when no problem was seen."""
-        if float(self.val_pass_at_k.num_problems) == 0:
-            return {}
-        values = self.val_pass_at_k.compute()
+    def _log_pass_at_k(self, split: str) -> None:
+        """Log ``{split}/pass_at_k`` accumulated over the epoch and reset (nothing when no problem was seen)."""
+        if float(self.pass_at_k.num_problems) == 0:
+            return
+        values = self.pass_at_k.compute()
         assert isinstance(values, dict)  # built with a list of k
         for name, value in values.items():
             self.log(f"{split}/{name}", value.float(), prog_bar=split == "val" and name == "pass_at_1")
-        self.val_pass_at_k.reset()
-        return {name: float(value) for name, value in values.items()}
+        self.pass_at_k.reset()
 
+    @override
     def on_validation_epoch_end(self) -> None:
-        values = self._log_pass_at_k("val")
-        if values:
-            self.last_val_pass_at_k = values
+        self._log_pass_at_k("val")
 
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        rollout = self._take_rollout()
-        self.val_pass_at_k.update(rollout.correct)
+    @override
+    def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
+        self.pass_at_k.update(batch.take_rollout().correct)
 
+    @override
     def on_test_epoch_end(self) -> None:
         self._log_pass_at_k("test")
 
-    # ------------------------------------------------------------------ checkpoints and export
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # numpy's state holds an ndarray, which torch.load(weights_only=True) (Lightning's default on resume)
-        # refuses to unpickle; store its key array as a tensor so that fit(ckpt_path=...) loads.
-        name, keys, pos, has_gauss, cached = np.random.get_state()
-        checkpoint["rng_states"] = {
-            "torch": torch.get_rng_state(),
-            "numpy": (
-                str(name),
-                torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-                int(pos),
-                int(has_gauss),
-                float(cached),
-            ),
-            "python": random.getstate(),
-        }
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._pending_rng = checkpoint.get("rng_states")
-
-    def on_train_start(self) -> None:
-        states = getattr(self, "_pending_rng", None)
-        if states:
-            torch.set_rng_state(states["torch"])
-            name, keys, pos, has_gauss, cached = states["numpy"]
-            keys = keys.numpy() if isinstance(keys, torch.Tensor) else np.asarray(keys)
-            np.random.set_state((name, keys.astype(np.uint32), pos, has_gauss, cached))
-            random.setstate(states["python"])
-            self._pending_rng = None
-
+    # ------------------------------------------------------------------ export
+    @override
     def on_fit_end(self) -> None:
         if self.hp.save_pretrained_dir and self.trainer.is_global_zero:
             self.save_pretrained(self.hp.save_pretrained_dir)

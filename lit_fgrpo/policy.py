@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 BUILTIN_MAZE_TOKENIZER = "builtin:maze"
@@ -44,9 +45,18 @@ def load_tokenizer(name_or_path: str) -> Any:
     return AutoTokenizer.from_pretrained(name_or_path)
 
 
-def build_policy(model: str | None, model_config: dict[str, Any] | None, tokenizer: Any, seed: int) -> nn.Module:
-    """A causal LM from a local path, or built from an HF config dict (``{"model_type": "qwen2", ...}``)."""
-    import torch
+def build_policy(
+    model: str | None,
+    model_config: dict[str, Any] | None,
+    tokenizer: Any,
+    seed: int,
+    dtype: torch.dtype = torch.float32,
+) -> nn.Module:
+    """A causal LM from a local path, or built from an HF config dict (``{"model_type": "qwen2", ...}``).
+
+    A config build is seeded with ``seed`` in a forked RNG, so every rank builds the same weights and the global
+    RNG is untouched. ``dtype`` is the weights' dtype (bf16 under ``precision="bf16-true"``).
+    """
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if (model is None) == (model_config is None):
@@ -54,7 +64,7 @@ def build_policy(model: str | None, model_config: dict[str, Any] | None, tokeniz
     if model is not None:
         if not Path(model).exists():
             raise FileNotFoundError(f"FGRPOModule.model: {model!r} is not a local directory (no hub at run time)")
-        return AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.float32)
+        return AutoModelForCausalLM.from_pretrained(model, torch_dtype=dtype)
     assert model_config is not None
     cfg = dict(model_config)
     if "model_type" not in cfg:
@@ -65,14 +75,12 @@ def build_policy(model: str | None, model_config: dict[str, Any] | None, tokeniz
             cfg.setdefault(name, getattr(tokenizer, name))
     config = AutoConfig.for_model(**cfg)
     with _seeded(seed):
-        return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+        return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
 
 
 @contextmanager
 def _seeded(seed: int) -> Iterator[None]:
     """Fork the torch RNG so that building a model from a config is reproducible and side-effect free."""
-    import torch
-
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         yield

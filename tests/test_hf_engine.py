@@ -59,8 +59,16 @@ def llama() -> nn.Module:
     return tiny_model("llama")
 
 
-def test_protocol(llama: nn.Module) -> None:
-    assert isinstance(HFEngine(llama, PAD, EOS), RolloutEngine)
+def test_engine_interface(llama: nn.Module) -> None:
+    import inspect
+
+    engine = HFEngine(llama, PAD, EOS)
+    assert isinstance(engine, RolloutEngine)
+    # one score signature for every engine (the sync check calls score(..., temperature=1.0))
+    assert inspect.signature(HFEngine.score) == inspect.signature(RolloutEngine.score)
+    engine.sleep(), engine.wake_up(), engine.close()  # the base class's no-op defaults
+    with pytest.raises(TypeError, match="abstract"):
+        RolloutEngine()  # type: ignore[abstract]
 
 
 def test_shapes_prompt_major_and_stop(llama: nn.Module) -> None:

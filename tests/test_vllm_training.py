@@ -121,7 +121,7 @@ class EngineAfterSteps(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self._before = copy.deepcopy(pl_module.policy).eval()
-        self.prompts = self.prompts or [record.prompt_ids for record in batch[:2]]
+        self.prompts = self.prompts or batch.prompt_ids[:2]
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         engine = rollout_callback(trainer).engine
@@ -154,11 +154,11 @@ class FirstRollout(L.Callback):
         if self.record is not None:
             return
         engine = rollout_callback(trainer).engine
-        prompts = [record.prompt_ids for record in batch[:2]]
+        prompts = batch.prompt_ids[:2]
         comps = hf_greedy(pl_module.policy.eval(), prompts)
         pl_module.policy.train()
         engine_lp = engine.score(prompts, comps)  # type: ignore[union-attr]
-        rollout = pl_module._rollout  # handed over by the RolloutCallback just before this hook
+        rollout = batch.rollout  # attached by the RolloutCallback just before this hook
         with torch.no_grad():
             trainer_lp = completion_logprobs(
                 pl_module.policy.eval(),
@@ -183,7 +183,8 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
     cfg = yaml.safe_load(CONFIG.read_text())
     trainer_cfg = cfg["trainer"]
     trainer_cfg.update(max_steps=max_steps, val_check_interval=2, log_every_n_steps=1, enable_progress_bar=False)
-    warm, rollout, checkpoint = trainer_cfg["callbacks"]
+    by_name = {cb["class_path"].rsplit(".", 1)[-1]: cb for cb in trainer_cfg["callbacks"]}
+    warm, rollout, checkpoint = by_name["WarmStartCallback"], by_name["RolloutCallback"], by_name["ModelCheckpoint"]
     warm["init_args"].update(steps=30, lr=3e-3)
     rollout["init_args"].update(
         engine="vllm",

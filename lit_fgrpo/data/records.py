@@ -407,7 +407,5 @@ def render_records(
     return records
 
 
-def columns_per_completion(records: Sequence[PromptRecord], num_generations: int) -> dict[str, list[Any]]:
-    """Expand per-prompt columns to per-completion lists (prompt-major: row ``i * G + j``), ``None`` where absent."""
-    names = sorted({name for record in records for name in record.columns})
-    return {name: [record.columns.get(name) for record in records for _ in range(num_generations)] for name in names}
+# Moved to lit_fgrpo.rollout.columns (a rollout concern); re-exported for existing imports.
+from lit_fgrpo.rollout.columns import columns_per_completion  # noqa: E402, F401

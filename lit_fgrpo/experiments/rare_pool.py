@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_fgrpo.tasks.maze import Maze, check_maze_completion, maze_prompt_tokens
+from lit_fgrpo.tasks.maze import Maze
+from lit_fgrpo.tasks.warm_start import maze_collector, maze_records
 from lit_fgrpo.theory.dnll_rare import delta_nll_rare, sequence_nll
 
 
@@ -51,43 +52,25 @@ def sample_correct_trajectories(
 ) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Sample ``samples`` completions per maze; return the correct ones as ``(prompt_ids, completion_ids)`` pairs.
 
-    A completion is kept up to and including its first ``DONE``. Sampling uses the global torch RNG.
+    Samples through the library's one rollout path (:func:`~lit_fgrpo.tasks.warm_start.maze_collector`); a
+    completion ends at (and includes) its first ``DONE``. Sampling uses the global torch RNG.
 
     Returns:
         The correct pairs (duplicates kept, as in the paper's protocol) and the number of samples drawn.
     """
-    done_id, eos_id = tokenizer.convert_tokens_to_ids(["DONE", str(tokenizer.eos_token)])
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    prompts = [list(tokenizer.convert_tokens_to_ids(maze_prompt_tokens(m))) for m in mazes]
+    from lit_fgrpo.rollout import SamplingConfig
+
+    done_id = int(tokenizer.convert_tokens_to_ids("DONE"))
     max_new = max(m.config.rows * m.config.cols for m in mazes) + 1
-    rows = [i for i in range(len(mazes)) for _ in range(samples)]
-    kept: list[tuple[list[int], list[int]]] = []
-    for start in range(0, len(rows), chunk):
-        part = rows[start : start + chunk]
-        by_len: dict[int, list[int]] = {}
-        for i in part:
-            by_len.setdefault(len(prompts[i]), []).append(i)
-        for width, group in by_len.items():
-            ids = torch.tensor([prompts[i] for i in group], device=device)  # (b, P)
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_new,
-                eos_token_id=[done_id, eos_id],
-                pad_token_id=tokenizer.pad_token_id,
-            )[:, width:]  # (b, L)
-            for i, completion in zip(group, out.tolist()):
-                tokens = tokenizer.convert_ids_to_tokens(completion)
-                if check_maze_completion(mazes[i], tokens):
-                    kept.append((prompts[i], completion[: tokens.index("DONE") + 1]))
-    model.train(was_training)
-    return kept, len(rows)
+    sampling = SamplingConfig(n=samples, temperature=temperature, max_tokens=max_new, stop_token_ids=[done_id])
+    rollout = maze_collector(model, tokenizer, chunk).collect(maze_records(tokenizer, mazes), sampling)
+    correct = rollout.correct.reshape(-1).tolist()  # (B,)
+    kept = [
+        (rollout.prompt_ids[row // samples], completion)
+        for row, completion in enumerate(rollout.completion_ids)
+        if correct[row]
+    ]
+    return kept, len(correct)
 
 
 def pack_pool(pairs: Sequence[tuple[list[int], list[int]]], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:

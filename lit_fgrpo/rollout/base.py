@@ -7,8 +7,8 @@ reshapes to (P, G) with ``.view(P, G)``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -56,18 +56,35 @@ class Generation:
     """(B,) True when the completion ended with a stop token, False when it was cut at max_tokens."""
 
 
-@runtime_checkable
-class RolloutEngine(Protocol):
-    """A generation backend. Implementations: :class:`lit_fgrpo.rollout.hf.HFEngine`, ``VLLMEngine``."""
+class RolloutEngine(ABC):
+    """A generation backend. Implementations: :class:`lit_fgrpo.rollout.hf.HFEngine`, ``VLLMEngine``.
 
+    ``generate``, ``sync_weights`` and ``score`` are required; ``sleep``, ``wake_up`` and ``close`` default to
+    no-ops, so an engine that holds no accelerator memory of its own (HF ``generate``) need not define them.
+    """
+
+    @abstractmethod
     def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
         """Sample ``sampling.n`` completions for each prompt (lists of token ids, no padding)."""
-        ...
 
+    @abstractmethod
     def sync_weights(self, model: nn.Module) -> None:
         """Load the trainer's current policy weights into the engine."""
-        ...
 
-    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
-        """Log-probs of given completions under the engine's weights (for the sync check); one (T_i,) per row."""
-        ...
+    @abstractmethod
+    def score(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """``log_softmax(z / temperature)`` of given completions under the engine's weights; one (T_i,) per row.
+
+        The weight-sync check calls it at ``temperature=1``.
+        """
+
+    def sleep(self) -> None:  # noqa: B027 - an optional hook with a no-op default
+        """Free accelerator memory for the optimizer step (no-op by default)."""
+
+    def wake_up(self) -> None:  # noqa: B027
+        """Bring a sleeping engine back before it generates, scores or receives weights (no-op by default)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release the engine's resources at teardown (no-op by default)."""

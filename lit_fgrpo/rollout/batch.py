@@ -1,14 +1,24 @@
-"""``RolloutBatch``: the typed hand-over from the rollout callback to the module."""
+"""``RolloutBatch`` (P prompts x G scored completions as tensors) and ``PromptBatch``, the training step's input.
+
+The seam between the rollout callback and the module is the batch itself: the module's
+``on_after_batch_transfer`` wraps the data module's ``list[PromptRecord]`` into a :class:`PromptBatch`, the
+:class:`~lit_fgrpo.callbacks.RolloutCallback` attaches the collected :class:`RolloutBatch` to it in
+``on_train_batch_start`` (and the validation/test counterparts), and ``training_step(batch)`` reads
+``batch.rollout``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from lit_fgrpo.rollout.base import Generation
+
+if TYPE_CHECKING:
+    from lit_fgrpo.data.records import PromptRecord
 
 
 @dataclass
@@ -30,7 +40,13 @@ class RolloutBatch:
     sampling_logp: Tensor | None = None
     """(B, T) log-probs reported by the engine at sampling time (for the mismatch correction)."""
     prompts: list[str] = field(default_factory=list)
+    """(B,) prompt texts, prompt-major."""
     completions: list[str] = field(default_factory=list)
+    """(B,) decoded completions."""
+    prompt_ids: list[list[int]] = field(default_factory=list)
+    """(P,) prompt token ids, unpadded."""
+    completion_ids: list[list[int]] = field(default_factory=list)
+    """(B,) sampled completion token ids, unpadded (the weight-sync probe reuses a few rows)."""
     stats: dict[str, float] = field(default_factory=dict)
     """Rollout-side health signals (timings, failed reward calls), logged by the module under ``rollout/``."""
 
@@ -52,6 +68,34 @@ class RolloutBatch:
             name: (value.to(device) if isinstance(value, Tensor) else value) for name, value in self.__dict__.items()
         }
         return RolloutBatch(**moved)
+
+
+@dataclass
+class PromptBatch:
+    """One step's prompts and, once the rollout callback has run, their scored rollout."""
+
+    records: list[PromptRecord]
+    """The P prompts of the step, as the data module yields them."""
+    rollout: RolloutBatch | None = None
+    """Attached by the rollout callback before ``training_step`` / ``validation_step`` / ``test_step``."""
+
+    def take_rollout(self) -> RolloutBatch:
+        """The attached rollout; a clear error names the missing callback when there is none."""
+        if self.rollout is None:
+            raise RuntimeError(
+                "the training step got a batch without a rollout: add lit_fgrpo.callbacks.RolloutCallback to "
+                "Trainer(callbacks=[...]) (or attach one yourself: batch.rollout = collector.collect(...))"
+            )
+        return self.rollout
+
+    @property
+    def prompt_ids(self) -> list[list[int]]:
+        return [record.prompt_ids for record in self.records]
+
+
+def as_prompt_batch(batch: Any) -> PromptBatch:
+    """Wrap a data module's ``list[PromptRecord]`` (a ``PromptBatch`` passes through unchanged)."""
+    return batch if isinstance(batch, PromptBatch) else PromptBatch(records=list(batch))
 
 
 def pad_rollouts(

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
 
@@ -29,7 +29,7 @@ def _cut_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[int, bool]:
     return len(tokens), False
 
 
-class HFEngine:
+class HFEngine(RolloutEngine):
     """A :class:`~lit_fgrpo.rollout.base.RolloutEngine` that samples with ``model.generate``.
 
     Args:

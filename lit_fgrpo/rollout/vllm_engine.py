@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, policy_state_dict, state_dict_to_blob
 
@@ -52,7 +52,7 @@ def _on_cpu() -> bool:
     return bool(current_platform.is_cpu())
 
 
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
     """Colocated ``vllm.LLM`` that samples token ids with log-probs and receives new weights.
 
     Args:
@@ -179,9 +179,18 @@ class VLLMEngine:
                 finished.append(c.finish_reason == "stop")
         return Generation(completion_ids=completions, sampling_logprobs=logprobs, finished=finished)
 
-    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
-        """Engine log-probs ``log_softmax(z)`` (temperature 1) of forced completions, via ``prompt_logprobs``."""
+    def score(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Engine log-probs ``log_softmax(z)`` of forced completions, via ``prompt_logprobs``.
+
+        vLLM reports prompt log-probs of the raw logits, so only ``temperature=1`` (what the sync check uses) is
+        supported; another value raises instead of returning numbers at the wrong temperature.
+        """
         from vllm import SamplingParams
+
+        if temperature != 1.0:
+            raise ValueError(f"VLLMEngine.score supports temperature=1.0 only, got {temperature}")
 
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         prompts: Any = [{"prompt_token_ids": list(p) + list(c)} for p, c in zip(prompt_ids, completion_ids)]

@@ -15,7 +15,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lit_fgrpo.metrics import pass_at_k
 from lit_fgrpo.sft import supervised_warm_start
-from lit_fgrpo.tasks.maze import Maze, check_maze_completion, maze_prompt_tokens, maze_target_tokens
+from lit_fgrpo.tasks.maze import Maze, maze_prompt_tokens, maze_target_tokens
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +75,29 @@ def warm_start(
     )
 
 
-@torch.no_grad()
-def _generate(model: PreTrainedModel, prompts: torch.Tensor, stop_ids: list[int], pad_id: int, **kw) -> torch.Tensor:
-    """Completions (without the prompt) of same-length prompts ``(B, P)``, as ``(B, L)`` ids."""
-    out = model.generate(  # type: ignore[operator]
-        input_ids=prompts,
-        attention_mask=torch.ones_like(prompts),
-        eos_token_id=stop_ids,
-        pad_token_id=pad_id,
-        **kw,
-    )  # (B, P + L)
-    return out[:, prompts.shape[1] :]
+def maze_records(tokenizer: PreTrainedTokenizerBase, mazes: Sequence[Maze]) -> list[Any]:
+    """The mazes as :class:`~lit_fgrpo.data.records.PromptRecord` rows (prompt words, their ids)."""
+    from lit_fgrpo.data.records import PromptRecord
+
+    return [
+        PromptRecord(
+            prompt=" ".join(maze_prompt_tokens(m)),
+            prompt_ids=_ids(tokenizer, maze_prompt_tokens(m)),
+            columns={},
+            index=i,
+        )
+        for i, m in enumerate(mazes)
+    ]
+
+
+def maze_collector(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chunk: int = 512) -> Any:
+    """A :class:`~lit_fgrpo.rollout.collect.RolloutCollector` on ``model`` (HF engine) judged by the maze reward."""
+    from lit_fgrpo.rewards import maze_reward
+    from lit_fgrpo.rollout import RolloutCollector, pad_id_of
+    from lit_fgrpo.rollout.hf import HFEngine
+
+    engine = HFEngine(model, pad_id_of(tokenizer), int(tokenizer.eos_token_id), chunk_size=chunk)
+    return RolloutCollector(engine, tokenizer, [maze_reward])
 
 
 @torch.no_grad()
@@ -102,8 +114,9 @@ def evaluate_pass_at_k(
 ) -> dict[str, float]:
     """Sample ``n`` completions per maze, judge them exactly, and estimate pass@k (unbiased, Chen et al.).
 
-    Generation stops at ``DONE`` or ``<eos>``; the judge reads each completion up to its first stop token.
-    Sampling uses the global torch RNG: seed it beforehand for a reproducible estimate.
+    Samples through the library's one rollout path (:class:`~lit_fgrpo.rollout.collect.RolloutCollector` on an
+    HF engine). Generation stops at ``DONE`` or ``<eos>``. Sampling uses the global torch RNG: seed it
+    beforehand for a reproducible estimate.
 
     Args:
         model: Causal LM (left in its current mode; sampled in eval mode).
@@ -113,52 +126,26 @@ def evaluate_pass_at_k(
         ks: Values of k (each at most ``n``); ``pass_at_1`` is always reported.
         temperature: Sampling temperature.
         chunk: Rows per ``generate`` call (512 was fastest on a 2-core CPU).
-        greedy: Also report ``greedy_accuracy`` from one greedy decode per maze.
+        greedy: Also report ``greedy_accuracy`` from one greedy decode per maze (top-k 1).
         max_new_tokens: Completion cap; by default the longest possible path (cells - 1), ``DONE`` and ``<eos>``.
 
     Returns:
         ``{"pass_at_1": ..., "pass_at_{k}": ..., "greedy_accuracy": ...}`` averaged over mazes.
     """
+    from lit_fgrpo.rollout import SamplingConfig
+
     if any(k < 1 or k > n for k in ks):
         raise ValueError(f"every k must be in [1, n={n}], got {list(ks)}")
-    device = next(model.parameters()).device
-    stop_ids = _ids(tokenizer, ["DONE", str(tokenizer.eos_token)])
     if max_new_tokens is None:
         max_new_tokens = max(m.config.rows * m.config.cols for m in mazes) + 1
-    was_training = model.training
-    model.eval()
-    by_length: dict[int, list[int]] = {}  # same-length prompts batch without padding
-    prompt_ids = [_ids(tokenizer, maze_prompt_tokens(m)) for m in mazes]
-    for i, p in enumerate(prompt_ids):
-        by_length.setdefault(len(p), []).append(i)
-
-    def judge(rows: list[int], completions: torch.Tensor) -> list[bool]:
-        tokens = [tokenizer.convert_ids_to_tokens(c) for c in completions.tolist()]
-        return [check_maze_completion(mazes[r], t) for r, t in zip(rows, tokens)]
-
-    correct = torch.zeros(len(mazes), dtype=torch.long)  # (M,)
-    greedy_correct = torch.zeros(len(mazes), dtype=torch.long)  # (M,)
-    gen_kw: dict[str, Any] = {"max_new_tokens": max_new_tokens, "use_cache": True}
-    sample_kw = {**gen_kw, "do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-    for indices in by_length.values():
-        rows = [i for i in indices for _ in range(n)]  # each maze n times
-        for start in range(0, len(rows), chunk):
-            part = rows[start : start + chunk]
-            prompts = torch.tensor([prompt_ids[i] for i in part], device=device)  # (b, P)
-            comp = _generate(model, prompts, stop_ids, tokenizer.pad_token_id, **sample_kw)  # (b, L)
-            for i, ok in zip(part, judge(part, comp)):
-                correct[i] += int(ok)
-        if greedy:
-            for start in range(0, len(indices), chunk):
-                part = indices[start : start + chunk]
-                prompts = torch.tensor([prompt_ids[i] for i in part], device=device)  # (b, P)
-                comp = _generate(model, prompts, stop_ids, tokenizer.pad_token_id, do_sample=False, **gen_kw)  # (b, L)
-                for i, ok in zip(part, judge(part, comp)):
-                    greedy_correct[i] += int(ok)
-    model.train(was_training)
-
+    collector = maze_collector(model, tokenizer, chunk)
+    records = maze_records(tokenizer, mazes)
+    stops = [_ids(tokenizer, ["DONE"])[0]]
+    sampling = SamplingConfig(n=n, temperature=temperature, top_k=-1, max_tokens=max_new_tokens, stop_token_ids=stops)
+    correct = collector.collect(records, sampling).correct.sum(dim=1)  # (M,)
     num_samples = torch.full_like(correct, n)  # (M,)
     metrics = {f"pass_at_{k}": float(pass_at_k(num_samples, correct, k).float().mean()) for k in sorted({1, *ks})}
     if greedy:
-        metrics["greedy_accuracy"] = float(greedy_correct.float().mean())
+        top1 = SamplingConfig(n=1, top_k=1, max_tokens=max_new_tokens, stop_token_ids=stops)
+        metrics["greedy_accuracy"] = float(collector.collect(records, top1).correct.float().mean())
     return metrics

@@ -36,26 +36,29 @@ def test_no_reference_without_kl() -> None:
 def test_gamma_changes_the_update_and_gamma_zero_is_grpo() -> None:
     rollout = synthetic_rollout()
     base = tiny_module(gamma=0.0, lr=1e-3)
+    focal = tiny_module(gamma=0.5, lr=1e-3)  # the same seeded build: same start
     start = params(base.policy)
-    focal = copy.deepcopy(base)
-    focal.gamma = 0.5
+    assert all(torch.equal(start[k], v) for k, v in params(focal.policy).items())
     run_steps(base, rollout)
     run_steps(focal, rollout)
     d_base = {k: params(base.policy)[k] - start[k] for k in start}
     d_focal = {k: params(focal.policy)[k] - start[k] for k in start}
     assert any(not torch.allclose(d_base[k], d_focal[k]) for k in start)
+    # gamma = 0 is plain GRPO: the advantages are the unweighted group-normalised rewards
+    torch.testing.assert_close(
+        base.advantages(rollout), group_advantages(rollout.rewards, 0.0, success=rollout.correct), rtol=0, atol=0
+    )
 
 
 def test_training_step_gradient_equals_the_pure_loss() -> None:
     """The module's accumulated gradient equals policy_loss on the whole batch (micro-batching is exact)."""
+    from lit_fgrpo.logprobs import completion_logprobs
+
     rollout = synthetic_rollout(P=4, G=4)
     for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
         module = tiny_module(gamma=0.5, loss_type=loss_type, micro_batch_rows=3, max_grad_norm=None)
         reference = copy.deepcopy(module.policy)
-        module._rollout = rollout
         adv = group_advantages(rollout.rewards, 0.5, success=rollout.correct).reshape(-1)
-        from lit_fgrpo.logprobs import completion_logprobs
-
         logp = completion_logprobs(reference, rollout.input_ids, rollout.attention_mask, 5).logp
         loss, _ = policy_loss(
             logp,
@@ -68,8 +71,8 @@ def test_training_step_gradient_equals_the_pure_loss() -> None:
             max_completion_length=5,
         )
         loss.backward()
-        rows = torch.arange(16)
-        module._accumulate(rollout, rows, adv, None, None, None, rollout.completion_mask.sum())
+        pieces = module.backward_on(rollout)
+        assert len(pieces) == 6  # 16 rows in micro-batches of 3
         for (name, p), (_, q) in zip(module.policy.named_parameters(), reference.named_parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=f"{loss_type} {name}")
 

@@ -1,5 +1,6 @@
-"""The README's two plug-in recipes, run for real: (a) FGRPOModule with a user's own datamodule and Trainer,
-(b) group_advantages + policy_loss inside a user's own training_step."""
+"""The README's plug-in recipes, run for real: (a) FGRPOModule with a user's own datamodule and Trainer,
+(b) group_advantages + policy_loss inside a user's own training_step, (c) a user's own LightningModule behind
+RolloutCallback."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.objectives import group_advantages, policy_loss
+from lit_fgrpo.rollout import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.rollout.base import SamplingConfig
 from tests.training.tiny_setup import TINY_MODEL, synthetic_rollout, tiny_module
 
@@ -58,3 +61,44 @@ def test_recipe_b_objectives_in_own_training_step() -> None:
 
     assert torch.isfinite(loss) and "clip_frac" in stats
     assert any(not torch.equal(b, p) for b, p in zip(before, policy.parameters()))
+
+
+class MyModule(L.LightningModule):
+    """Recipe (c): a user's own module behind RolloutCallback (the RolloutConsumer protocol)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        donor = tiny_module()
+        self.policy, self.tokenizer = donor.policy, donor.tokenizer
+        self.seen: list[RolloutBatch] = []
+
+    @override
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> PromptBatch:
+        return as_prompt_batch(batch)
+
+    @override
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> torch.Tensor:
+        rollout = batch.take_rollout()
+        self.seen.append(rollout)
+        adv = group_advantages(rollout.rewards, gamma=0.5, success=rollout.correct).view(-1)  # (B,)
+        T = rollout.completion_mask.shape[1]
+        logits = self.policy(input_ids=rollout.input_ids, attention_mask=rollout.attention_mask).logits[:, -T - 1 : -1]
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, rollout.input_ids[:, -T:, None]).squeeze(-1)  # (B, T)
+        loss, _ = policy_loss(logp, None, adv, rollout.completion_mask, loss_type="dapo")
+        return loss
+
+    @override
+    def configure_optimizers(self) -> Any:
+        return torch.optim.AdamW(self.policy.parameters(), lr=1e-2)
+
+
+def test_recipe_c_own_module_behind_the_rollout_callback() -> None:
+    module = MyModule()
+    rollouts = RolloutCallback(
+        sampling=SamplingConfig(n=4, max_tokens=6),
+        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
+        validate_at_start=False,
+    )
+    trainer = L.Trainer(max_steps=2, callbacks=[rollouts], logger=False, enable_checkpointing=False)
+    trainer.fit(module, datamodule=MyPrompts())
+    assert len(module.seen) == 2 and module.seen[0].rewards.shape == (2, 4)

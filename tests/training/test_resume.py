@@ -8,7 +8,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
+from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback, WarmStartCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.rollout.base import SamplingConfig
 from tests.training.tiny_setup import tiny_module
@@ -35,7 +35,12 @@ def fit(tmp: Path, max_steps: int, ckpt_path: str | None = None) -> tuple[torch.
     checkpoint = ModelCheckpoint(dirpath=tmp / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
     trainer = L.Trainer(
         max_steps=max_steps,
-        callbacks=[WarmStartCallback(steps=3, batch_size=8), rollout, checkpoint],  # must not rerun on resume
+        callbacks=[
+            WarmStartCallback(steps=3, batch_size=8),
+            rollout,
+            RNGStateCallback(),
+            checkpoint,
+        ],  # must not rerun on resume
         logger=False,
         limit_val_batches=0,
         enable_progress_bar=False,

@@ -6,9 +6,10 @@ from typing import Any
 
 import lightning as L
 import torch
+from typing_extensions import override
 
 from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 
 TINY_MODEL = {
     "model_type": "llama",
@@ -51,17 +52,19 @@ def synthetic_rollout(P: int = 4, G: int = 4, Tp: int = 6, T: int = 5, vocab: in
 
 
 class HandOver(L.Callback):
-    """Hands the same synthetic rollout to the module before every training step."""
+    """Attaches the same synthetic rollout to every training batch (the RolloutCallback's part of the seam)."""
 
     def __init__(self, rollout: RolloutBatch) -> None:
         self.rollout = rollout
 
+    @override
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        pl_module.receive_rollout(self.rollout)
+        assert isinstance(batch, PromptBatch)
+        batch.rollout = self.rollout
 
 
 def run_steps(module: FGRPOModule, rollout: RolloutBatch, steps: int = 1) -> L.Trainer:
-    loader = torch.utils.data.DataLoader([0] * steps, batch_size=1)
+    loader = torch.utils.data.DataLoader([[]] * steps, batch_size=None, collate_fn=lambda batch: batch)
     trainer = L.Trainer(
         max_steps=steps,
         logger=False,

@@ -1,0 +1,62 @@
+"""``PassAtKReport``: held-out pass@k before and after RL, reported through the logger and ``rank_zero_info``.
+
+"Before" is the start-of-run validation of :class:`~lit_fgrpo.callbacks.RolloutCallback` (``validate_at_start``,
+logged at step 0); "after" is the last ``val/pass_at_k`` that the module logged in Lightning's validation loop.
+At the end of ``fit`` the two are logged as ``final/pass_at_k`` and ``final/start_pass_at_k`` and written as a
+small table to the log.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
+
+from lit_fgrpo.callbacks.rollout import RolloutCallback
+
+PREFIX = "val/pass_at_"
+"""The metrics this callback reads (logged by the module's ``on_validation_epoch_end``)."""
+
+
+def format_report(before: dict[str, float], after: dict[str, float]) -> str:
+    """The before/after table, one ``pass_at_k`` per line."""
+    lines = ["held-out pass@k        before RL    after RL"]
+    for name in before:
+        lines.append(f"  {name:<20} {before[name]:>9.3f}   {after.get(name, math.nan):>9.3f}")
+    return "\n".join(lines)
+
+
+class PassAtKReport(L.Callback):
+    """Report held-out pass@k before and after RL (needs a :class:`RolloutCallback` with ``validate_at_start``)."""
+
+    def __init__(self) -> None:
+        self.after: dict[str, float] = {}
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # not on_validation_epoch_end: callbacks run that hook before the module has logged the epoch's values
+        if trainer.sanity_checking:
+            return
+        values = {
+            key.removeprefix("val/"): float(value)
+            for key, value in trainer.callback_metrics.items()
+            if key.startswith(PREFIX)
+        }
+        if values:
+            self.after = values
+
+    @override
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        before: dict[str, float] = {}
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning, undeclared
+            if isinstance(callback, RolloutCallback):
+                before = callback.start_pass_at_k
+        if not before or not self.after:
+            return
+        rank_zero_info(format_report(before, self.after))
+        if trainer.logger is not None:
+            final = {f"final/{k}": v for k, v in self.after.items()}
+            final |= {f"final/start_{k}": v for k, v in before.items()}
+            trainer.logger.log_metrics(final, step=trainer.global_step)

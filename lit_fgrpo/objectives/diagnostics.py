@@ -1,0 +1,85 @@
+"""The statistics logged after each training step, as pure functions of the rollout and the loss pieces."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from lit_fgrpo.objectives.advantages import focal_weight, group_success_rate
+from lit_fgrpo.objectives.mismatch import logprob_mismatch
+
+
+def rollout_stats(
+    rewards: Tensor, correct: Tensor, advantages: Tensor, gamma: float, completion_mask: Tensor
+) -> dict[str, float]:
+    """``rollout/*`` and ``focal/*`` statistics of one rollout batch.
+
+    Args:
+        rewards: (P, G) rewards, NaN where unscorable.
+        correct: (P, G) verdicts.
+        advantages: (P, G) advantages as trained on (a group is active when any advantage is non-zero).
+        gamma: focal exponent; ``focal/weight_*`` are ``(1 - mu_hat) ** gamma`` over the active groups.
+        completion_mask: (B, T) trained completion tokens.
+    """
+    valid = ~torch.isnan(rewards)  # (P, G)
+    active = (advantages != 0).any(dim=1)  # (P,)
+    mu_hat = group_success_rate(correct, valid)  # (P,)
+    weights = focal_weight(mu_hat, gamma)  # (P,)
+    lengths = completion_mask.sum(dim=1)  # (B,)
+    return {
+        "rollout/reward_mean": float(torch.nanmean(rewards)),
+        "rollout/reward_std": float(rewards[valid].std()) if valid.sum() > 1 else 0.0,
+        "rollout/success_rate": float(mu_hat.mean()),
+        "rollout/frac_active_groups": float(active.float().mean()),
+        "rollout/completion_length": float(lengths.mean()),
+        "focal/weight_mean": float(weights[active].mean()) if active.any() else 1.0,
+        "focal/weight_min": float(weights[active].min()) if active.any() else 1.0,
+    }
+
+
+def train_stats(pieces: Sequence[dict[str, Tensor]], num_steps: int, tokens_per_s: float) -> dict[str, float]:
+    """``train/*`` statistics from the loss pieces of every micro-batch of one training step.
+
+    Each piece holds ``loss`` (already scaled by its share), ``tokens`` and the token means of
+    :func:`~lit_fgrpo.objectives.policy_loss` (``clip_frac*``, ``ratio_mean``, ``kl``), plus ``entropy_sum``;
+    token means are re-weighted by each piece's tokens. ``train/loss`` is the mean over optimizer steps.
+    """
+    tokens = sum(float(s["tokens"]) for s in pieces)
+    loss = float(torch.stack([s["loss"] for s in pieces]).sum()) if pieces else 0.0
+
+    def token_mean(key: str) -> float:
+        if not pieces or tokens == 0:
+            return 0.0
+        return sum(float(s[key]) * float(s["tokens"]) for s in pieces) / tokens
+
+    return {
+        "train/loss": loss / num_steps,
+        "train/clip_frac": token_mean("clip_frac"),
+        "train/clip_frac_low": token_mean("clip_frac_low"),
+        "train/clip_frac_high": token_mean("clip_frac_high"),
+        "train/ratio_mean": token_mean("ratio_mean"),
+        "train/kl": token_mean("kl"),
+        "train/entropy": sum(float(s["entropy_sum"]) for s in pieces) / tokens if tokens else 0.0,
+        "train/tokens_per_s": tokens_per_s,
+    }
+
+
+def mismatch_stat(
+    pieces: Sequence[dict[str, Tensor]],
+    train_old: Tensor | None,
+    sampling_logp: Tensor | None,
+    completion_mask: Tensor,
+) -> dict[str, float]:
+    """``rollout/logprob_mismatch``: mean |trainer - engine| log-prob gap, or {} when it cannot be measured.
+
+    With stored old log-probs (B, T) it is computed on them; in one pass/one step it was summed per piece
+    (``mismatch_sum``) from the live log-probs, which are then the behaviour policy's.
+    """
+    if train_old is not None and sampling_logp is not None:
+        return {"rollout/logprob_mismatch": float(logprob_mismatch(train_old, sampling_logp, completion_mask))}
+    tokens = sum(float(s["tokens"]) for s in pieces)
+    if tokens and all("mismatch_sum" in s for s in pieces):
+        return {"rollout/logprob_mismatch": sum(float(s["mismatch_sum"]) for s in pieces) / tokens}
+    return {}

@@ -1,0 +1,138 @@
+"""``RolloutCollector``: prompt records in, a scored :class:`~lit_fgrpo.rollout.batch.RolloutBatch` out.
+
+The one sampling path of the library: training and validation rollouts (through
+:class:`~lit_fgrpo.callbacks.RolloutCallback`), the maze warm-start evaluation and the ΔNLL_rare pool all sample
+here. For P records and ``sampling.n = G`` it
+
+1. samples G completions per prompt with the engine (rows prompt-major: row ``i * G + j``),
+2. decodes them and scores them with the reward functions (weighted sum) and the correctness verdict,
+3. packs prompt + completion into padded tensors (:func:`~lit_fgrpo.rollout.batch.pad_rollouts`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from lit_fgrpo.rewards import RewardFn, score_completions
+from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
+from lit_fgrpo.rollout.columns import columns_per_completion
+
+if TYPE_CHECKING:
+    from lit_fgrpo.data.records import PromptRecord
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its EOS id (padded positions are masked, so only the type matters)."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
+
+
+class RolloutCollector:
+    """Sample, score and pack rollouts for a list of prompt records.
+
+    Args:
+        engine: the generation backend.
+        tokenizer: decodes completions for the reward functions.
+        reward_funcs: reward functions ``f(prompts, completions, **columns) -> list[float | None]``.
+        reward_weights: one weight per reward function (default all 1).
+        correctness_fn: the verdict whose score ``>= correct_threshold`` marks a completion correct (mu_hat);
+            default the first reward function.
+        correct_threshold: score at or above which a completion is correct.
+        pad_token_id: filler id of the padded tensors (default: the tokenizer's pad, else EOS).
+        mask_truncated: no loss on completions cut at ``max_tokens`` (DAPO's overlong filtering).
+    """
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        tokenizer: Any,
+        reward_funcs: Sequence[RewardFn],
+        reward_weights: Sequence[float] | None = None,
+        correctness_fn: RewardFn | None = None,
+        correct_threshold: float = 0.5,
+        pad_token_id: int | None = None,
+        mask_truncated: bool = False,
+    ) -> None:
+        if not reward_funcs:
+            raise ValueError("RolloutCollector needs at least one reward function")
+        if reward_weights is not None and len(reward_weights) != len(reward_funcs):
+            raise ValueError(
+                f"RolloutCollector: {len(reward_weights)} reward_weights for {len(reward_funcs)} reward functions"
+            )
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.reward_funcs = list(reward_funcs)
+        self.reward_weights = None if reward_weights is None else list(reward_weights)
+        self.correctness_fn = correctness_fn if correctness_fn is not None else self.reward_funcs[0]
+        self.correct_threshold = correct_threshold
+        self.pad_token_id = pad_id_of(tokenizer) if pad_token_id is None else int(pad_token_id)
+        self.mask_truncated = mask_truncated
+
+    def collect(
+        self, records: Sequence[PromptRecord], sampling: SamplingConfig, seed: int | None = None
+    ) -> RolloutBatch:
+        """Sample ``sampling.n`` completions per record, score them and pack a :class:`RolloutBatch`.
+
+        Args:
+            records: P prompt records (``prompt``, ``prompt_ids``, ``columns`` for the reward functions).
+            sampling: sampling settings; ``sampling.n`` is G.
+            seed: overrides ``sampling.seed`` (``None`` keeps it).
+
+        Returns:
+            The rollout: tensors (B = P * G rows, prompt-major), (P, G) rewards and verdicts, texts, token ids and
+            ``stats`` (``tokens_per_s``, ``generation_seconds``, ``frac_truncated``, ``failed_*``, ``reward_*``).
+        """
+        if seed is not None:
+            sampling = replace(sampling, seed=seed)
+        P, G = len(records), sampling.n
+        prompt_ids = [list(record.prompt_ids) for record in records]
+        self.engine.wake_up()
+        start = time.perf_counter()
+        generation = self.engine.generate(prompt_ids, sampling)
+        gen_seconds = time.perf_counter() - start
+        completions = self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
+        prompts = [record.prompt for record in records for _ in range(G)]
+        columns: dict[str, Any] = dict(columns_per_completion(records, G))
+        columns["completion_length"] = [len(ids) for ids in generation.completion_ids]
+        scored = score_completions(
+            prompts,
+            completions,
+            columns,
+            self.reward_funcs,
+            self.reward_weights,
+            self.correctness_fn,
+            self.correct_threshold,
+        )
+        ids, attn, mask, sampling_logp = pad_rollouts(
+            prompt_ids, generation, G, self.pad_token_id, self.mask_truncated
+        )  # (B, Tp + T), (B, Tp + T), (B, T), (B, T)
+        num_tokens = sum(len(c) for c in generation.completion_ids)
+        stats = {
+            "tokens_per_s": num_tokens / max(gen_seconds, 1e-9),
+            "generation_seconds": gen_seconds,
+            "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
+        }
+        for name, count in scored.num_failed.items():
+            stats[f"failed_{name}"] = float(count)
+        for name, values in scored.per_function.items():
+            stats[f"reward_{name}"] = float(torch.nanmean(values.float())) if values.numel() else 0.0
+        return RolloutBatch(
+            input_ids=ids,
+            attention_mask=attn,
+            completion_mask=mask,
+            rewards=scored.rewards.view(P, G),
+            correct=scored.correct.view(P, G),
+            max_completion_length=sampling.max_tokens,
+            sampling_logp=sampling_logp,
+            prompts=prompts,
+            completions=completions,
+            prompt_ids=prompt_ids,
+            completion_ids=[list(c) for c in generation.completion_ids],
+            stats=stats,
+        )

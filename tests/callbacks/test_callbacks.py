@@ -1,0 +1,80 @@
+"""PassAtKReport, SampleTable and RNGStateCallback: their one job each, through public seams."""
+
+from __future__ import annotations
+
+import io
+import logging
+import random
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from lit_fgrpo.callbacks import PassAtKReport, RNGStateCallback, RolloutCallback, SampleTable
+from lit_fgrpo.callbacks.pass_at_k_report import format_report
+from lit_fgrpo.callbacks.sample_table import sample_rows
+from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.rollout import SamplingConfig
+from tests.training.tiny_setup import synthetic_rollout, tiny_module
+
+
+def test_rng_state_round_trips_through_a_weights_only_checkpoint() -> None:
+    callback = RNGStateCallback()
+    torch.manual_seed(3), np.random.seed(3), random.seed(3)
+    buffer = io.BytesIO()
+    torch.save({"callbacks": {"rng": callback.state_dict()}}, buffer)
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)["callbacks"]["rng"]  # Lightning's default on resume
+    restored = RNGStateCallback()
+    restored.load_state_dict(state)
+    torch.manual_seed(99), np.random.seed(99), random.seed(99)
+    restored.on_train_start(None, None)  # type: ignore[arg-type]  # the hook reads neither
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1]) and got[2] == expected[2]
+
+
+def test_sample_rows_are_the_first_completions() -> None:
+    rollout = synthetic_rollout(P=2, G=2)
+    rollout.prompts, rollout.completions = ["p0", "p0", "p1", "p1"], ["a", "b", "c", "d"]
+    table = sample_rows(rollout, step=5, rows=3)
+    assert table["step"] == [5] * 3 and table["completion"] == ["a", "b", "c"]
+    assert table["reward"] == [float(x) for x in rollout.rewards.reshape(-1)[:3]]
+    with pytest.raises(ValueError, match="SampleTable"):
+        SampleTable(every=-1)
+
+
+def test_report_logs_before_and_after(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    assert format_report({"pass_at_1": 0.25}, {"pass_at_1": 0.5}).splitlines()[1].split() == [
+        "pass_at_1",
+        "0.250",
+        "0.500",
+    ]
+    data = PromptDataModule(
+        source="maze",
+        num_train=32,
+        num_val=4,
+        num_test=4,
+        val_size=4,
+        prompts_per_step=4,
+        tokenizer_path="builtin:maze",
+    )
+    rollouts = RolloutCallback(
+        sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
+        val_samples=4,
+        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
+    )
+    report = PassAtKReport()
+    logger = L.pytorch.loggers.CSVLogger(tmp_path)
+    trainer = L.Trainer(
+        max_steps=2, val_check_interval=2, callbacks=[rollouts, report], logger=logger, enable_progress_bar=False,
+        enable_checkpointing=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        trainer.fit(tiny_module(val_pass_at_k=[1, 4]), data)
+    assert set(rollouts.start_pass_at_k) == set(report.after) == {"pass_at_1", "pass_at_4"}
+    assert "held-out pass@k" in caplog.text
+    metrics = (Path(logger.log_dir) / "metrics.csv").read_text()
+    assert "final/pass_at_1" in metrics and "final/start_pass_at_4" in metrics

@@ -1,0 +1,106 @@
+"""Golden weights: the maze_tiny pipeline (tiny model, HF engine, warm start, maze reward) after k RL steps.
+
+The fixture was recorded on the code before the rollout-seam redesign (issue 8, commit 42cdcf6), so this test
+proves that the redesign changes no number: same seed, same rollouts, same optimizer steps, same weights.
+Re-record only for an intended behaviour change:
+``LIT_FGRPO_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/training/test_golden.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from safetensors.torch import load_file, save_file
+
+from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
+from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rollout.base import SamplingConfig
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "golden_maze_tiny_3_steps.safetensors"
+STEPS = 3
+# configs/maze_tiny.yaml's model, written out so that a config rewrite cannot move the fixture.
+MAZE_TINY_MODEL: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 160,
+    "tie_word_embeddings": True,
+}
+
+
+class ActiveGroups(L.Callback):
+    """Records ``rollout/frac_active_groups`` of every step: the reward must move the weights."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.values.append(float(trainer.callback_metrics["rollout/frac_active_groups"]))
+
+
+def run_maze_tiny(steps: int = STEPS) -> tuple[dict[str, torch.Tensor], list[float]]:
+    L.seed_everything(0)
+    data = PromptDataModule(
+        source="maze",
+        maze_rows=4,
+        maze_cols=4,
+        num_train=300,
+        num_val=8,
+        num_test=8,
+        prompts_per_step=4,
+        val_size=8,
+        seed=0,
+        tokenizer_path="builtin:maze",
+    )
+    module = FGRPOModule(
+        model_config=MAZE_TINY_MODEL,
+        tokenizer="builtin:maze",
+        gamma=0.5,
+        loss_type="grpo",
+        lr=1e-3,
+        max_grad_norm=1.0,
+        micro_batch_rows=128,
+        val_pass_at_k=[1, 8],
+    )
+    rollout = RolloutCallback(
+        engine="hf",
+        sampling=SamplingConfig(n=8, max_tokens=16, stop_token_ids=[7]),
+        val_samples=8,
+        reward_funcs=["maze"],
+        validate_at_start=False,
+        log_samples_every=0,
+    )
+    active = ActiveGroups()
+    trainer = L.Trainer(
+        max_steps=steps,
+        callbacks=[WarmStartCallback(steps=20, batch_size=64, lr=1e-3), rollout, active],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        accelerator="cpu",
+        devices=1,
+    )
+    trainer.fit(module, data)
+    return {name: p.detach().clone().contiguous() for name, p in module.policy.state_dict().items()}, active.values
+
+
+def test_weights_after_k_steps_match_the_recorded_fixture() -> None:
+    weights, active = run_maze_tiny()
+    assert len(active) == STEPS and max(active) > 0, f"no group had mixed rewards {active}: nothing would move"
+    if os.environ.get("LIT_FGRPO_RECORD_GOLDEN") == "1":
+        FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+        save_file(weights, str(FIXTURE))
+    golden = load_file(str(FIXTURE))
+    assert set(golden) == set(weights)
+    for name, value in golden.items():
+        torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=name)
