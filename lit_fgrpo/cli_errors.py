@@ -97,15 +97,21 @@ def _interpolation(err: BaseException, paths: Sequence[str]) -> str:
     full_key = re.search(r"full_key: (\S+)", text)
     where = ""
     if key:
+        # omegaconf+ resolves after merging, with absolute keys rewritten as relative ones (${.model.x}) under the
+        # subcommand (fit.seed_everything): report them as the user wrote them.
+        name_in_file = key.group(1).lstrip(".")
+        setting_key = full_key.group(1) if full_key else ""
+        for sub in ("fit.", "validate.", "test.", "predict."):
+            setting_key = setting_key.removeprefix(sub)
         for name in paths:
             try:
-                if "${" + key.group(1) in Path(name).read_text(encoding="utf-8"):
+                if "${" + name_in_file in Path(name).read_text(encoding="utf-8"):
                     where = f"{name}: "
                     break
             except OSError:
                 continue
-        setting = f" in {full_key.group(1)}" if full_key else ""
-        return f"{where}interpolation ${{{key.group(1)}}}{setting} refers to a missing key"
+        setting = f" in {setting_key}" if setting_key else ""
+        return f"{where}interpolation ${{{name_in_file}}}{setting} refers to a missing key"
     return f"config interpolation: {text.splitlines()[0]}"
 
 

@@ -50,7 +50,7 @@ def test_math_overlay_sets_method_and_keeps_base(
     assert (config["model"]["gamma"], config["model"]["loss_type"]) == (gamma, loss_type)
     assert config["data"]["prompts_per_step"] == 256  # global prompts per step, paper Table 5
     assert config["model"]["save_pretrained_dir"] == f"outputs/math_{overlay}/policy"
-    callbacks = {c["class_path"].rsplit(".", 1)[-1]: c["init_args"] for c in config["trainer"]["callbacks"]}
+    callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
     # interpolation is resolved after every --config and flag is merged (parser_mode omegaconf+)
     assert callbacks["RolloutCallback"]["sampling"]["temperature"] == 0.7
