@@ -5,6 +5,7 @@
     lit-fgrpo fit --help                                  # every setting with its docstring
     lit-fgrpo simulate --group-sizes 2 8 32 --seeds 2     # paper §5 categorical simulation
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
+    lit-fgrpo maze-report DIR                             # the verdict of a sweep from its per-seed CSVs
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
 """
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         from lit_fgrpo.experiments.maze_sweep import main as sweep_main
 
         return sweep_main(words[1:])
+    if words and words[0] == "maze-report":
+        from lit_fgrpo.experiments.evidence_report import main as report_main
+
+        return report_main(words[1:])
     cli_main(None if argv is None else words)
     return 0
 
