@@ -23,7 +23,6 @@ Exit status 0 when every unit is done, 75 when a step or time budget stopped it 
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -43,6 +42,14 @@ from lit_fgrpo.experiments.sweep_report import (
     plot_neg_log_pass,
     read_csv,
     write_csv,
+)
+from lit_fgrpo.experiments.sweep_state import (
+    Budget,
+    add_seconds,
+    check_or_write_config,
+    pending_units,
+    read_json,
+    write_json,
 )
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
@@ -64,30 +71,6 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 """The 0.8M-parameter policy of configs/maze_cpu.yaml (measured in shared/docs/maze.md)."""
-
-# Settings that may change between runs of one output directory; every other one must stay as it was.
-_FREE = {"seeds", "arms", "group_sizes", "gammas", "rl_steps", "milestones", "step_budget", "time_budget_s",
-         "num_threads", "tracking_uri", "experiment", "out_dir", "eval_chunk", "ckpt_every", "accelerator",
-         "micro_batch_rows"}  # fmt: skip
-
-
-class _Budget:
-    """RL steps and seconds left to this run, and the steps it trained."""
-
-    def __init__(self, steps: int | None, seconds: float | None) -> None:
-        self.limit, self.trained = steps, 0
-        self.deadline = None if seconds is None else time.monotonic() + seconds
-
-    @property
-    def steps(self) -> int | None:
-        return None if self.limit is None else self.limit - self.trained
-
-    def seconds_left(self) -> float | None:
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
-    def spent(self) -> bool:
-        left, steps = self.seconds_left(), self.steps
-        return (steps is not None and steps <= 0) or (left is not None and left <= 0)
 
 
 def run_maze_sweep(
@@ -179,26 +162,27 @@ def run_maze_sweep(
     torch.set_num_threads(num_threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_or_write_config(out, settings)
-    status = _read_json(out / "sweep_status.json")
+    check_or_write_config(out, settings)
+    status = read_json(out / "sweep_status.json")
     invocation = int(status.get("invocations", 0)) + 1
-    _write_json(out / "sweep_status.json", status | {"invocations": invocation})
-    budget = _Budget(step_budget, time_budget_s)
+    write_json(out / "sweep_status.json", status | {"invocations": invocation})
+    budget = Budget(step_budget, time_budget_s)
     uri = None if tracking_uri is None or tracking_uri.lower() == "none" else tracking_uri
     config = model_config or DEFAULT_MODEL_CONFIG
     maze_config = MazeConfig(maze_rows, maze_cols)
     device = torch.device("cuda" if accelerator in ("gpu", "cuda") else "cpu")
-    all_rows: list[dict[str, Any]] = []
+    left: list[str] = []
     for seed in seeds:
         seed_dir = out / f"seed{seed}"
         rows = read_csv(seed_dir / "maze_sweep.csv") if (seed_dir / "maze_sweep.csv").exists() else []
-        todo = _pending(rows, arm_list, steps)
+        todo = pending_units(rows, arm_list, steps)
         if todo and not budget.spent():
             rows = _run_seed(seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation)
-        all_rows += rows
-    left = [f"seed{s}/{arm.name}@{m}" for s in seeds for arm, m in _pending(_seed_rows(all_rows, s), arm_list, steps)]
-    _write_json(out / "sweep_status.json", {"invocations": invocation, "complete": not left, "pending": left,
+        left += [f"seed{seed}/{arm.name}@{m}" for arm, m in pending_units(rows, arm_list, steps)]
+    write_json(out / "sweep_status.json", {"invocations": invocation, "complete": not left, "pending": left,
                                             "steps_trained_last_run": budget.trained})  # fmt: skip
+    # Every seed folder, also those of another process working on other seeds of this directory.
+    all_rows = [row for path in sorted(out.glob("seed*/maze_sweep.csv")) for row in read_csv(path)]
     if all_rows:
         write_csv(all_rows, out / "maze_sweep.csv")
         final = [r for r in all_rows if int(r["rl_steps"]) == rl_steps]
@@ -217,7 +201,7 @@ def _run_seed(
     config: dict[str, Any],
     maze_config: MazeConfig,
     device: torch.device,
-    budget: _Budget,
+    budget: Budget,
     uri: str | None,
     invocation: int,
 ) -> list[dict[str, Any]]:
@@ -269,7 +253,7 @@ def _run_seed(
                 s["ckpt_every"], s["accelerator"], budget.seconds_left(), logger,
             )  # fmt: skip
             budget.trained += run.step - before
-            seconds = _add_seconds(folder, run.seconds)
+            seconds = add_seconds(folder, run.seconds)
             if run.step < milestone:
                 return rows
             t0 = time.perf_counter()
@@ -302,7 +286,7 @@ def _warm_start(
         if unexpected or any(key != "lm_head.weight" for key in missing):  # lm_head is tied, not saved
             raise ValueError(f"{source} does not match the model: missing {missing}, unexpected {unexpected}")
     if info_path.exists():
-        return _read_json(info_path)
+        return read_json(info_path)
     start = time.perf_counter()
     if not s["init_from"]:
         warm_start(policy, base.tokenizer, train, s["warm_start_steps"], s["warm_start_batch"],
@@ -312,18 +296,9 @@ def _warm_start(
     torch.manual_seed(seed + 1)
     metrics = evaluate_pass_at_k(policy, base.tokenizer, test, s["eval_samples"], s["ks"], chunk=s["eval_chunk"])
     info = {f"base_{k}": v for k, v in metrics.items()} | {"warm_start_seconds": round(seconds, 1)}
-    _write_json(info_path, info)
+    write_json(info_path, info)
     log.info("seed %d warm start %.0f s, test %s", seed, seconds, metrics)
     return info
-
-
-def _pending(rows: list[dict[str, Any]], arms: list[Arm], steps: list[int]) -> list[tuple[Arm, int]]:
-    done = {(int(r["group_size"]), float(r["gamma"]), int(r["rl_steps"])) for r in rows}
-    return [(a, m) for a in arms for m in steps if (a.group_size, a.gamma, m) not in done]
-
-
-def _seed_rows(rows: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-    return [r for r in rows if int(r["seed"]) == seed]
 
 
 def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> None:
@@ -340,40 +315,6 @@ def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> Non
         raise ValueError("--init_from loads one seed's warm start; give a single --seeds value with it")
     if s["ckpt_every"] < 1:
         raise ValueError(f"--ckpt_every must be >= 1, got {s['ckpt_every']}")
-
-
-def _check_or_write_config(out: Path, settings: dict[str, Any]) -> None:
-    """Refuse to mix results of different settings in one output directory."""
-    fixed = {k: v for k, v in settings.items() if k not in _FREE}
-    fixed = json.loads(json.dumps(fixed, default=str))
-    path = out / "sweep_config.json"
-    if path.exists():
-        before = _read_json(path)
-        changed = sorted(k for k in fixed.keys() | before.keys() if fixed.get(k) != before.get(k))
-        if changed:
-            raise ValueError(f"{path}: --{changed[0]} differs from the earlier run ({before.get(changed[0])!r}); "
-                             "use another --out_dir")  # fmt: skip
-    else:
-        _write_json(path, fixed)
-
-
-def _add_seconds(folder: Path, seconds: float) -> float:
-    """Add this call's training seconds to the arm's running total (kept beside its checkpoint)."""
-    path = folder / "train_seconds.json"
-    total = float(_read_json(path).get("seconds", 0.0)) + seconds
-    _write_json(path, {"seconds": total})
-    return total
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)  # atomic: a kill never leaves half a file
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -426,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"lit-fgrpo maze-sweep: error: {err}", file=sys.stderr)
         return 2
-    status = _read_json(Path(kwargs["out_dir"]) / "sweep_status.json")
+    status = read_json(Path(kwargs["out_dir"]) / "sweep_status.json")
     print(f"{Path(kwargs['out_dir']) / 'maze_sweep.csv'}: {len(rows)} rows, {len(status.get('pending', []))} pending")
     if not status.get("complete", True):
         print("stopped by its budget: rerun the same command to continue")
