@@ -13,9 +13,8 @@ from typing import Any
 from lit_fgrpo.experiments.sweep_arm import Arm
 
 # Settings that may change between runs of one output directory; every other one must stay as it was.
-FREE_SETTINGS = {"seeds", "arms", "group_sizes", "gammas", "rl_steps", "milestones", "step_budget", "time_budget_s",
-         "num_threads", "tracking_uri", "experiment", "out_dir", "eval_chunk", "ckpt_every", "accelerator",
-         "micro_batch_rows"}  # fmt: skip
+FREE_SETTINGS = {"seeds", "arms", "group_sizes", "gammas", "step_budget", "time_budget_s", "num_threads",
+                 "tracking_uri", "experiment", "out_dir", "eval_chunk", "ckpt_every", "accelerator", "micro_batch_rows"}  # fmt: skip
 
 
 class Budget:
