@@ -252,7 +252,7 @@ def _run_seed(
                 folder, arm, base_state, module_args, data_args, target, s["val_samples"], seed, max_tokens,
                 s["ckpt_every"], s["accelerator"], budget.seconds_left(), logger,
             )  # fmt: skip
-            budget.trained += run.step - before
+            budget.trained += run.trained
             seconds = add_seconds(folder, run.seconds)
             if run.step < milestone:
                 return rows

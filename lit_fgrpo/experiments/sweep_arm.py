@@ -73,6 +73,8 @@ class ArmRun:
     policy: torch.nn.Module
     step: int
     """RL steps the arm has now trained in total."""
+    trained: int
+    """RL steps this call trained (counted, not inferred from the step counter)."""
     seconds: float
     """Wall time of this call's ``fit``."""
     start_pass_at_k: dict[str, float]
@@ -80,7 +82,7 @@ class ArmRun:
 
 
 class _StopAfter(L.Callback):
-    """Ends ``fit`` after the step that crosses a wall-clock deadline (None = never).
+    """Counts the RL steps this ``fit`` trained; ends it after the step that crosses a deadline (None = never).
 
     Lightning's own ``max_time`` is not used: its elapsed time is stored in the checkpoint and counts across
     resumed calls, so a piece of a multi-sitting run would stop at once.
@@ -88,9 +90,11 @@ class _StopAfter(L.Callback):
 
     def __init__(self, seconds: float | None) -> None:
         self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.steps = 0
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        self.steps += 1
         if self.deadline is not None and time.monotonic() > self.deadline:
             trainer.should_stop = True
 
@@ -139,11 +143,12 @@ def train_arm(
     rollout = RolloutCallback(
         engine="hf", sampling=sampling, val_samples=val_samples, reward_funcs=["maze"], log_samples_every=0, seed=seed
     )
+    pace = _StopAfter(max_seconds)
     checkpoint = ModelCheckpoint(dirpath=folder, save_last=True, every_n_train_steps=ckpt_every, save_top_k=0)
     trainer = L.Trainer(
         accelerator=accelerator, devices=1, max_steps=target_step, limit_val_batches=0, num_sanity_val_steps=0,
         logger=logger if logger is not None else False, enable_progress_bar=False, enable_model_summary=False,
-        log_every_n_steps=10, callbacks=[rollout, checkpoint, _StopAfter(max_seconds)],
+        log_every_n_steps=10, callbacks=[rollout, checkpoint, pace],
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
@@ -151,4 +156,4 @@ def train_arm(
     seconds = time.perf_counter() - start
     trainer.save_checkpoint(ckpt)
     log.info("arm %s: %d of %d steps (%.0f s this call)", arm.name, trainer.global_step, target_step, seconds)
-    return ArmRun(module.policy, trainer.global_step, seconds, dict(rollout.start_pass_at_k))
+    return ArmRun(module.policy, trainer.global_step, pace.steps, seconds, dict(rollout.start_pass_at_k))
