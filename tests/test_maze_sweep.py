@@ -61,7 +61,12 @@ def test_sweep_survives_interruption_and_skips_finished_arms(tmp_path: Path) -> 
     assert sorted(before) == [(0, 4, 0.0, 1), (0, 4, 0.0, 3), (0, 4, 1.0, 1)]
 
     # 2) The same command again finishes: 1 step of the interrupted arm + 2 x 3 of seed 1, nothing recomputed.
+    # (As if the first run had died between saving seed 0's warm start and evaluating it: only the evaluation reruns.)
+    (out / "seed0" / "base.json").unlink()
+    weights = out / "seed0" / "warm_start" / "model.safetensors"
+    saved_at = weights.stat().st_mtime_ns
     assert main(["--config", str(config), "--out_dir", str(out)]) == 0
+    assert weights.stat().st_mtime_ns == saved_at  # the warm start was loaded, not trained again
     second = _status(out)
     assert second["complete"] and second["steps_trained_last_run"] == 1 + 6 and second["invocations"] == 2
     after = {_key(r): r for r in csv.DictReader((out / "seed0" / "maze_sweep.csv").open())}

@@ -226,7 +226,7 @@ def _run_seed(
     base = FGRPOModule(gamma=0.0, **module_args)
     policy: Any = base.policy.to(device)
     tokenizer = base.tokenizer
-    base_info = _warm_start(seed, seed_dir, base, splits["train"], test, s, device)
+    base_info = _warm_start(seed, seed_dir, base, splits["train"], test, s)
     torch.manual_seed(seed + 2)
     pool = build_rare_pool(policy, tokenizer, splits["train"][: s["dnll_prompts"]], s["dnll_samples"], s["eval_chunk"])
     base_state = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
@@ -274,28 +274,33 @@ def _run_seed(
 
 
 def _warm_start(
-    seed: int, seed_dir: Path, base: FGRPOModule, train: Sequence[Any], test: Sequence[Any], s: dict[str, Any],
-    device: torch.device,
+    seed: int, seed_dir: Path, base: FGRPOModule, train: Sequence[Any], test: Sequence[Any], s: dict[str, Any]
 ) -> dict[str, Any]:  # fmt: skip
-    """Warm-start ``base`` (or reload it from ``seed_dir``) and return its test pass@k as ``base_*`` columns."""
-    folder, info_path = seed_dir / "warm_start", seed_dir / "base.json"
+    """Warm-start ``base`` (or reload it from ``seed_dir``) and return its test pass@k as ``base_*`` columns.
+
+    The weights are saved before the evaluation, so a run stopped between the two only repeats the evaluation.
+    """
+    folder, info_path, seconds_path = seed_dir / "warm_start", seed_dir / "base.json", seed_dir / "warm_start.json"
     policy: Any = base.policy
-    source = Path(s["init_from"]) if s["init_from"] else folder
-    if info_path.exists() or s["init_from"]:
+    if s["init_from"] or folder.exists():
+        source = Path(s["init_from"]) if s["init_from"] else folder
         missing, unexpected = policy.load_state_dict(_load_weights(source), strict=False)
         if unexpected or any(key != "lm_head.weight" for key in missing):  # lm_head is tied, not saved
             raise ValueError(f"{source} does not match the model: missing {missing}, unexpected {unexpected}")
-    if info_path.exists():
-        return read_json(info_path)
-    start = time.perf_counter()
-    if not s["init_from"]:
+    else:
+        start = time.perf_counter()
         warm_start(policy, base.tokenizer, train, s["warm_start_steps"], s["warm_start_batch"],
                    s["warm_start_lr"], seed=seed, schedule=s["warm_start_schedule"])  # fmt: skip
-        base.save_pretrained(folder)
-    seconds = time.perf_counter() - start
+        partial = seed_dir / "warm_start.partial"
+        base.save_pretrained(partial)
+        partial.rename(folder)  # atomic: a kill mid-save leaves no half-written warm_start/
+        write_json(seconds_path, {"seconds": round(time.perf_counter() - start, 1)})
+    if info_path.exists():
+        return read_json(info_path)
     torch.manual_seed(seed + 1)
     metrics = evaluate_pass_at_k(policy, base.tokenizer, test, s["eval_samples"], s["ks"], chunk=s["eval_chunk"])
-    info = {f"base_{k}": v for k, v in metrics.items()} | {"warm_start_seconds": round(seconds, 1)}
+    seconds = float(read_json(seconds_path).get("seconds", float("nan")))
+    info = {f"base_{k}": v for k, v in metrics.items()} | {"warm_start_seconds": seconds}
     write_json(info_path, info)
     log.info("seed %d warm start %.0f s, test %s", seed, seconds, metrics)
     return info
