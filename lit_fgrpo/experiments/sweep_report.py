@@ -11,16 +11,18 @@ from typing import Any
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write the sweep rows (one per arm) as CSV; the header is the union of the keys, in first-seen order."""
+    """Write the sweep rows (one per arm) as CSV, atomically; the header is the union of the keys, in first-seen order."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns: list[str] = []
     for row in rows:
         columns += [key for key in row if key not in columns]
-    with path.open("w", newline="") as handle:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with partial.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
+    partial.replace(path)  # atomic: readers and other processes never see half a table
     return path
 
 

@@ -6,6 +6,7 @@ Every file is written atomically (temporary file + rename), so a killed run neve
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,6 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: two runs may share a directory
     tmp.write_text(json.dumps(data, indent=1, default=str))
     tmp.replace(path)  # atomic: a kill never leaves half a file
