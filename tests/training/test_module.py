@@ -55,7 +55,7 @@ def test_training_step_gradient_equals_the_pure_loss() -> None:
     from lit_fgrpo.logprobs import completion_logprobs
 
     rollout = synthetic_rollout(P=4, G=4)
-    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"):
         module = tiny_module(gamma=0.5, loss_type=loss_type, micro_batch_rows=3, max_grad_norm=None)
         reference = copy.deepcopy(module.policy)
         adv = group_advantages(rollout.rewards, 0.5, success=rollout.correct).reshape(-1)
