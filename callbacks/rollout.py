@@ -402,6 +402,8 @@ class RolloutCallback(L.Callback):
         # after the engine is built. Mark it stale; the first rollout pushes the weights then.
         self._build_engine()
         self._engine_stale = True
+        if self.dynamic_sampling is not None:
+            self._prompt_source(trainer)  # refuse a data module without draw_prompts before any work
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
