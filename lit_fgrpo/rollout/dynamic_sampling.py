@@ -22,8 +22,10 @@ kept; the resume state must advance by ``stats.prompts_drawn`` (not by P), so th
 the next undrawn prompt and never replays a discarded one. Give each round its own sampling seed (e.g.
 ``seed + 1000 * step + round``) so a resumed step regenerates the same groups.
 
-Several ranks: each rank samples on its own shard and always returns exactly P groups (``on_short="pad"``), so
-the ranks keep the same number of micro-batches and optimizer steps even when their round counts differ.
+Wired in :class:`~lit_fgrpo.callbacks.RolloutCallback` (``dynamic_sampling=``), ``draw`` takes prompts from
+:meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`, whose cursor is checkpointed. Several ranks: each rank would
+sample on its own shard and return exactly P groups (``on_short="pad"``), but the round counts of the ranks would
+differ (a collective engine, or a collective decision, would be needed), so the callback refuses world_size > 1.
 """
 
 from __future__ import annotations
