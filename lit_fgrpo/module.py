@@ -17,6 +17,7 @@ access to :attr:`policy` builds it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 import warnings
@@ -124,9 +125,13 @@ class FGRPOModule(L.LightningModule):
         max_nonfinite_skips: int = 5,
     ) -> None:
         super().__init__()
+        if isinstance(group_weight, dict):  # as stored in a checkpoint's hyperparameters
+            group_weight = GroupWeight(**group_weight)
         self._validate(locals())
         self.nonfinite_guard = NonFiniteGuard(max_nonfinite_skips)
         self.save_hyperparameters()
+        # Stored as a plain dict: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
+        self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
@@ -335,7 +340,7 @@ class FGRPOModule(L.LightningModule):
     def applied_group_weight(self) -> GroupWeight:
         """The per-group weight the advantages are multiplied by: ``group_weight``, else focal with ``gamma``."""
         weight = self.hp.get("group_weight")
-        return weight if weight is not None else GroupWeight("focal", gamma=float(self.hp.gamma))
+        return GroupWeight(**weight) if weight is not None else GroupWeight("focal", gamma=float(self.hp.gamma))
 
     def advantages(self, rollout: RolloutBatch) -> Tensor:
         """(P, G) group advantages of a rollout, weighted by :attr:`applied_group_weight`."""

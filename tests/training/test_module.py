@@ -158,3 +158,18 @@ def test_gamma_and_group_weight_together_name_both_flags() -> None:
 def test_gspo_preset_clips_at_3e4_and_4e4() -> None:
     module = tiny_module(loss_type="gspo")
     assert (module.epsilon, module.epsilon_high) == (3e-4, 4e-4)
+
+
+def test_group_weight_survives_a_weights_only_checkpoint_load() -> None:
+    """Lightning resumes with torch.load(weights_only=True): the hyperparameters must be plain values."""
+    import io
+
+    from lit_fgrpo.objectives import GroupWeight
+
+    module = tiny_module(gamma=0.0, group_weight=GroupWeight("band", low=0.1, high=0.9))
+    buffer = io.BytesIO()
+    torch.save({"hyper_parameters": dict(module.hparams)}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["hyper_parameters"]
+    restored = type(module)(**loaded)
+    assert restored.applied_group_weight == GroupWeight("band", low=0.1, high=0.9)
