@@ -32,6 +32,7 @@ from typing_extensions import override
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.progress import progress
 from lit_fgrpo.rewards import resolve_reward
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
@@ -451,9 +452,13 @@ class RolloutCallback(L.Callback):
         assert self._consumer is not None
         ks = self._consumer.pass_at_k.ks if isinstance(self._consumer, FGRPOModule) else [1]
         metric = PassAtK(list(ks))
-        for batch_idx, records in enumerate(self._val_batches(trainer)):
-            rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
-            metric.update(rollout.correct)
+        batches = self._val_batches(trainer)
+        # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.progress)
+        with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
+            for batch_idx, records in enumerate(batches):
+                rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+                metric.update(rollout.correct)
+                bar.update(1)
         if float(metric.num_problems) == 0:
             return {}
         result = metric.compute()

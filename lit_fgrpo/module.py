@@ -27,6 +27,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
@@ -41,6 +42,7 @@ from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
+from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 
 # The batch seam overrides on_after_batch_transfer on purpose while PromptDataModule (which does not) serves the
@@ -85,7 +87,8 @@ class FGRPOModule(L.LightningModule):
         skip_zero_advantage: skip the forward/backward of rows whose advantage is 0 (the loss's divisor is
             kept, so the update is identical).
         val_pass_at_k: the k values of pass@k logged in validation (each <= the validation sample count).
-        save_pretrained_dir: if set, the policy (LoRA merged) and tokenizer are saved there at the end of fit.
+        save_pretrained_dir: if set, the policy (LoRA merged) and tokenizer are saved there at the end of fit,
+            and logged as the MLflow run's ``policy/`` artifacts (reload: ``lit_fgrpo.reporting.load_policy_from_run``).
         seed: seed for building a model from ``model_config``.
         max_nonfinite_skips: optimizer steps with a non-finite loss or gradient are skipped (counted, logged as
             ``train/nonfinite_skips``); this many in a row stop the run with a ``NonFiniteError``.
@@ -454,8 +457,12 @@ class FGRPOModule(L.LightningModule):
     # ------------------------------------------------------------------ export
     @override
     def on_fit_end(self) -> None:
+        # After the callbacks' on_fit_end (Lightning's order), before the logger closes the run.
         if self.hp.save_pretrained_dir and self.trainer.is_global_zero:
-            self.save_pretrained(self.hp.save_pretrained_dir)
+            directory = self.save_pretrained(self.hp.save_pretrained_dir)
+            # The run carries the weights it produced: the same files as the run's `policy/` artifacts.
+            where = log_policy(self.logger, directory)
+            rank_zero_info(f"policy saved to {directory}" + (f" and logged as {where}" if where else ""))
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Save the policy (LoRA merged into a copy) and the tokenizer, loadable by transformers unchanged."""

@@ -67,7 +67,8 @@ def focal_figure(steps: Sequence[int], success_rates: Sequence[np.ndarray], gamm
     top.set_ylabel("group success rate mu_hat")
     top.set_title(f"success-rate distribution and focal weight (gamma = {gamma:g})")
     weights, active = focal_weight_summary(success_rates, gamma)
-    bottom.plot(x, weights, label="mean focal weight (active groups)")
+    # markers: a step without active groups is NaN and breaks the line, so isolated steps would vanish
+    bottom.plot(x, weights, ".-", label="mean focal weight (active groups)")
     bottom.plot(x, active, "--", label="fraction of active groups")
     bottom.set_ylim(0.0, 1.05)
     bottom.set_xlabel("RL step")
