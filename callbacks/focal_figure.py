@@ -50,6 +50,7 @@ class FocalFigureCallback(L.Callback):
 
     def __init__(self, artifact_file: str = "figures/focal.png", bins: int = 10) -> None:
         self.artifact_file, self.bins = artifact_file, bins
+        self.group_size = 1
         self.steps: list[int] = []
         self.success_rates: list[np.ndarray] = []
 
@@ -63,14 +64,26 @@ class FocalFigureCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if isinstance(batch, PromptBatch) and batch.rollout is not None:
+            self.group_size = batch.rollout.group_size
             self.observe(trainer.global_step, batch.rollout.correct, batch.rollout.rewards)
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.steps or not trainer.is_global_zero:
             return
-        gamma = float(pl_module.hp.gamma) if isinstance(pl_module, FGRPOModule) else 0.0
-        figure = focal_figure(self.steps, self.success_rates, gamma, bins=self.bins)
+        if isinstance(pl_module, FGRPOModule):
+            # the weight the advantages were multiplied by (focal with gamma, or the group_weight hook)
+            weight = pl_module.applied_group_weight
+            size = torch.tensor(float(self.group_size))
+
+            def weight_of_mu(mu: np.ndarray) -> np.ndarray:
+                rates = torch.as_tensor(mu, dtype=torch.float64)
+                return weight(rates, size.expand_as(rates).to(torch.float64)).numpy()
+
+            label = f"gamma = {weight.gamma:g}" if weight.kind == "focal" else weight.kind
+            figure = focal_figure(self.steps, self.success_rates, weight_of_mu, bins=self.bins, weight_label=label)
+        else:
+            figure = focal_figure(self.steps, self.success_rates, 0.0, bins=self.bins)
         log_figure(trainer.logger, figure, self.artifact_file)
 
     @override

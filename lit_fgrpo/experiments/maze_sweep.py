@@ -52,6 +52,7 @@ from lit_fgrpo.experiments.sweep_state import (
     write_json,
 )
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.progress import progress
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
 from lit_fgrpo.tasks.maze import maze_prompt_tokens
 
@@ -172,13 +173,25 @@ def run_maze_sweep(
     maze_config = MazeConfig(maze_rows, maze_cols)
     device = torch.device("cuda" if accelerator in ("gpu", "cuda") else "cpu")
     left: list[str] = []
-    for seed in seeds:
-        seed_dir = out / f"seed{seed}"
-        rows = read_csv(seed_dir / "maze_sweep.csv") if (seed_dir / "maze_sweep.csv").exists() else []
-        todo = pending_units(rows, arm_list, steps)
-        if todo and not budget.spent():
-            rows = _run_seed(seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation)
-        left += [f"seed{seed}/{arm.name}@{m}" for arm, m in pending_units(rows, arm_list, steps)]
+
+    def seed_rows(seed: int) -> list[dict[str, Any]]:
+        path = out / f"seed{seed}" / "maze_sweep.csv"
+        return read_csv(path) if path.exists() else []
+
+    # One status line (or bar on a terminal) per finished seed: a sweep runs for hours.
+    total_units = sum(len(pending_units(seed_rows(seed), arm_list, steps)) for seed in seeds)
+    with progress("maze sweep", total=len(seeds), unit="seed") as bar:
+        for seed in seeds:
+            seed_dir = out / f"seed{seed}"
+            rows = seed_rows(seed)
+            todo = pending_units(rows, arm_list, steps)
+            if todo and not budget.spent():
+                rows = _run_seed(
+                    seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation
+                )
+            pending = pending_units(rows, arm_list, steps)
+            left += [f"seed{seed}/{arm.name}@{m}" for arm, m in pending]
+            bar.update(1, units_left=len(left), units_total=total_units)
     write_json(out / "sweep_status.json", {"invocations": invocation, "complete": not left, "pending": left,
                                             "steps_trained_last_run": budget.trained})  # fmt: skip
     # Every seed folder, also those of another process working on other seeds of this directory.
