@@ -18,11 +18,11 @@ import copy
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.hf import HFEngine
 
 
-class HFCopyEngine:
+class HFCopyEngine(RolloutEngine):
     """A :class:`~lit_fgrpo.rollout.base.RolloutEngine` with its own copy of the weights.
 
     Args:
@@ -64,6 +64,8 @@ class HFCopyEngine:
         """Sample with the copied weights; see :meth:`lit_fgrpo.rollout.hf.HFEngine.generate`."""
         return self._inner.generate(prompt_ids, sampling)
 
-    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
-        """Teacher-forced log-probs (temperature 1) under the copied weights, one (T_i,) per row."""
-        return self._inner.score(prompt_ids, completion_ids)
+    def score(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Teacher-forced ``log_softmax(z / temperature)`` under the copied weights, one (T_i,) per row."""
+        return self._inner.score(prompt_ids, completion_ids, temperature)
