@@ -74,6 +74,7 @@ def fit(
     engine: str = "hf_copy",
     ckpt_path: str | None = None,
     engine_kwargs: dict[str, Any] | None = None,
+    trainer_kwargs: dict[str, Any] | None = None,
     **module_kwargs: Any,
 ) -> tuple[torch.nn.Module, MemoryLogger, TrainedPositions]:
     data = PromptDataModule(
@@ -103,6 +104,7 @@ def fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         accelerator="cpu",
+        **(trainer_kwargs or {}),
     )
     settings: dict[str, Any] = {"lr": 1e-2, "importance_correction": "token" if max_staleness else "none"}
     module = tiny_module(**(settings | module_kwargs))
