@@ -59,7 +59,7 @@ def check_engine_for_async(engine: RolloutEngine, max_staleness: int) -> None:
         raise ValueError(
             f"max_staleness={max_staleness} needs an engine with its own copy of the weights, but the HF engine "
             "samples with the trainer's policy module, which the optimizer changes during generation; use the "
-            "vLLM engine, the HF engine with its own weight copy (HFCopyEngine), or max_staleness=0"
+            "vLLM engine, the HF engine with its own weight copy (RolloutCallback.engine=hf_copy), or max_staleness=0"
         )
 
 

@@ -7,8 +7,10 @@ into it in place, so the engine holds exactly the weights of the last push until
 
 Caveat for asynchronous use: ``generate`` with a seed forks and reseeds torch's *global* CPU generator (HF
 sampling has no generator argument). The generator thread is then deterministic only while the trainer thread
-draws nothing from the global generator during a step (no dropout, the library's default); vLLM seeds per request
-and has no such caveat.
+neither draws from the global generator during a step (no dropout, the library's default) nor saves and restores
+its state (``torch.utils.checkpoint`` with ``preserve_rng_state=True``, as the policy's own gradient checkpointing
+does; the library's chunked log-prob head turns it off). Otherwise results stay correct, only not reproducible.
+vLLM seeds per request and has no such caveat.
 """
 
 from __future__ import annotations
