@@ -137,9 +137,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--contender", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--size", default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--prompts", type=int, default=None, help="prompts per step (balances generation vs training)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="completion budget per sample")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.warmup, args.reps, args.size = 5, 1, 1, "quick"
+    for key, value in (("prompts", args.prompts), ("max_tokens", args.max_tokens)):
+        if value is not None:
+            SIZES[args.size][key] = value
     if args.contender is not None:
         print(json.dumps(contender(args.contender, args.engine, args.size, args.steps, args.warmup)))
         return
@@ -149,6 +154,12 @@ def main() -> None:
         for k in (0, 1) if rep % 2 == 0 else (1, 0):
             command = [sys.executable, __file__, "--contender", str(k), "--engine", args.engine]
             command += ["--size", args.size, "--steps", str(args.steps), "--warmup", str(args.warmup)]
+            command += [
+                "--prompts",
+                str(SIZES[args.size]["prompts"]),
+                "--max-tokens",
+                str(SIZES[args.size]["max_tokens"]),
+            ]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 sys.exit(f"bench_async: contender k={k} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
