@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import lightning as L
 
 from lit_fgrpo.data.records import PromptRecord
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.async_rollouts import StalenessBoundedRollouts, TakenBatch
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 
@@ -53,19 +54,19 @@ def check_async_settings(max_staleness: int, sync_every: int, importance_correct
         importance_correction: the module's ``importance_correction`` (None: not an FGRPOModule, not checked).
 
     Raises:
-        ValueError: one line naming the flag.
+        ConfigError: one line naming the flag (a ``ValueError``).
     """
     if max_staleness < 0:
-        raise ValueError(f"RolloutCallback.max_staleness must be >= 0, got {max_staleness}")
+        raise ConfigError(f"RolloutCallback.max_staleness must be >= 0, got {max_staleness}")
     if max_staleness == 0:
         return
     if sync_every != 1:
-        raise ValueError(
+        raise ConfigError(
             f"RolloutCallback.sync_every={sync_every} with max_staleness={max_staleness}: asynchronous rollouts "
             "push the weights after every RL step (the policy version); set sync_every=1"
         )
     if importance_correction == "none":
-        raise ValueError(
+        raise ConfigError(
             f"--model.importance_correction=none with RolloutCallback.max_staleness={max_staleness}: stale rollouts "
             "need the decoupled objective's importance weights; use --model.importance_correction=token (or sequence)"
         )
@@ -75,7 +76,7 @@ def data_source(trainer: L.Trainer) -> IndexedPromptSource:
     """The trainer's data module as an indexed prompt source, or a one-line refusal."""
     datamodule = getattr(trainer, "datamodule", None)  # set by Lightning at fit time, not declared on the class
     if not isinstance(datamodule, IndexedPromptSource):
-        raise ValueError(
+        raise ConfigError(
             "RolloutCallback.max_staleness > 0 needs a data module with random access to its training batches "
             f"(train_batch(i) and train_position, as PromptDataModule has); got {type(datamodule).__name__}"
         )

@@ -31,13 +31,16 @@ from torch import nn
 from typing_extensions import override
 
 from lit_fgrpo.callbacks.async_rollouts import AsyncRolloutDriver, check_async_settings
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.rewards import resolve_reward
+from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.async_rollouts import check_engine_for_async
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, dynamic_sample
 from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
 
@@ -49,6 +52,18 @@ TEST_SEED_OFFSET = 2_000_003
 """Test sampling seeds, offset like the validation ones."""
 EVAL_BATCH_STRIDE = 7919
 """Seed stride between evaluation batches (a prime, so batches of different runs do not line up)."""
+DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
+"""Dynamic-sampling round r > 0 of training step s samples with ``seed + s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """A data module that hands out the next training prompts one by one (dynamic sampling draws through it).
+
+    :class:`~lit_fgrpo.data.PromptDataModule` is one: :meth:`~lit_fgrpo.data.PromptDataModule.draw_prompts`.
+    """
+
+    def draw_prompts(self, count: int) -> list[Any]: ...
 
 
 @runtime_checkable
@@ -99,6 +114,14 @@ class RolloutCallback(L.Callback):
             max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
         seed: base sampling seed; training step s samples with seed + s, so a resumed run repeats exactly.
+        reward_timeout: seconds one reward call may take; a call past it makes its rows unscorable (counted,
+            logged as ``rollout/reward_timeouts``). None = no limit.
+        reward_isolation: run timed reward calls in a ``thread`` (thread-safe functions) or a worker ``process``
+            (functions that are not thread-safe, e.g. math-verify's signal-based timeout, or that may crash).
+        dynamic_sampling: DAPO's dynamic sampling: draw prompts from the data module (a
+            :class:`PromptSource`) in rounds until the step has P groups whose advantages are not all 0, at most
+            ``max_rounds`` rounds (:mod:`lit_fgrpo.rollout.dynamic_sampling`); logged as ``rollout/dynamic_*``.
+            Every drawn prompt is consumed. One rank only for now.
         max_staleness: k; 0 = synchronous (generate, then train). k >= 1 generates up to k batches ahead of the
             trainer on the engine's own weight copy (vLLM or "hf_copy"); a rollout is at most k policy versions
             old (logged ``rollout/staleness_max``, ``rollout/dropped_stale``) and the module corrects for it with
@@ -124,6 +147,9 @@ class RolloutCallback(L.Callback):
         engine_kwargs: dict[str, Any] | None = None,
         hf_chunk_size: int = 512,
         seed: int = 0,
+        reward_timeout: float | None = None,
+        reward_isolation: Isolation = "thread",
+        dynamic_sampling: DynamicSampling | None = None,
         max_staleness: int = 0,
     ) -> None:
         self._engine_kind = engine
@@ -137,6 +163,14 @@ class RolloutCallback(L.Callback):
             raise ValueError(f"RolloutCallback.val_samples must be >= 1, got {val_samples}")
         if sync_every < 1:
             raise ValueError(f"RolloutCallback.sync_every must be >= 1, got {sync_every}")
+        if reward_timeout is not None and not (0 < reward_timeout < float("inf")):
+            raise ConfigError(
+                f"RolloutCallback.reward_timeout must be a finite number > 0 or null, got {reward_timeout}"
+            )
+        if reward_isolation not in ("thread", "process"):
+            raise ConfigError(
+                f"RolloutCallback.reward_isolation must be 'thread' or 'process', got {reward_isolation!r}"
+            )
         if engine not in ("auto", "vllm", "hf", "hf_copy"):
             raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm', 'hf' or 'hf_copy', got {engine!r}")
         names = reward_funcs or ["maze"]
@@ -160,6 +194,10 @@ class RolloutCallback(L.Callback):
         self._engine_kwargs = engine_kwargs or {}
         self._hf_chunk_size = hf_chunk_size
         self._seed = seed
+        self._reward_timeout = reward_timeout
+        self._reward_isolation: Isolation = reward_isolation
+        self.dynamic_sampling = dynamic_sampling
+        self._source: PromptSource | None = None
         self.engine: RolloutEngine | None = None
         self.collector: RolloutCollector | None = None
         self._consumer: RolloutConsumer | None = None
@@ -174,6 +212,11 @@ class RolloutCallback(L.Callback):
         self.max_staleness = max_staleness
         self._trainer: L.Trainer | None = None
         self.async_rollouts: AsyncRolloutDriver | None = None
+        if max_staleness > 0 and dynamic_sampling is not None:
+            raise ConfigError(
+                f"RolloutCallback.dynamic_sampling with max_staleness={max_staleness}: dynamic sampling draws its "
+                "prompts in rounds that depend on the rewards, which the generator cannot sample ahead; drop one"
+            )
         if max_staleness > 0:
             self.async_rollouts = AsyncRolloutDriver(max_staleness, self._collect_ahead, self._push_from_runner)
 
@@ -187,6 +230,11 @@ class RolloutCallback(L.Callback):
                 f"{type(pl_module).__name__} has not"
             )
         self._consumer = pl_module
+        if self.dynamic_sampling is not None and trainer.world_size > 1:
+            raise ConfigError(
+                f"RolloutCallback.dynamic_sampling runs on one rank only (world_size={trainer.world_size}): ranks "
+                "would make different numbers of generation rounds; drop dynamic_sampling or train on one device"
+            )
         if isinstance(pl_module, FGRPOModule):
             check_async_settings(self.max_staleness, self._sync_every, pl_module.hp.importance_correction)
         ks = pl_module.pass_at_k.ks if isinstance(pl_module, FGRPOModule) else [1]
@@ -228,6 +276,8 @@ class RolloutCallback(L.Callback):
                 self._correct_threshold,
                 pad_id_of(tokenizer),
                 self._mask_truncated,
+                reward_timeout=self._reward_timeout,
+                reward_isolation=self._reward_isolation,
             )
         return self.collector
 
@@ -318,9 +368,39 @@ class RolloutCallback(L.Callback):
             pl_module.log_dict(taken.stats, on_step=True, on_epoch=False, batch_size=len(batch.records))
             return
         self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
-        batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        if self.dynamic_sampling is None:
+            batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        else:
+            batch.rollout = self._dynamic_rollout(trainer, pl_module, len(batch.records))
         assert self.engine is not None
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
+
+    def _dynamic_rollout(self, trainer: L.Trainer, pl_module: L.LightningModule, num_prompts: int) -> RolloutBatch:
+        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
+        assert self.dynamic_sampling is not None and self.collector is not None
+        source = self._prompt_source(trainer)
+        sampling = self.train_sampling(trainer.global_step)
+        rounds = 0
+
+        def draw(count: int) -> RolloutBatch:
+            nonlocal rounds
+            seed = self._seed + trainer.global_step + rounds * DYNAMIC_ROUND_SEED_OFFSET
+            rounds += 1
+            return self.collect(PromptBatch(source.draw_prompts(count)), replace(sampling, seed=seed))
+
+        weight = pl_module.applied_group_weight if isinstance(pl_module, FGRPOModule) else None
+        rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, self.collector.pad_token_id)
+        return rollout
+
+    def _prompt_source(self, trainer: L.Trainer) -> PromptSource:
+        # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
+        datamodule = getattr(trainer, "datamodule", None)
+        if not isinstance(datamodule, PromptSource):
+            raise ConfigError(
+                "RolloutCallback.dynamic_sampling needs a data module with draw_prompts(count) (PromptDataModule); "
+                f"got {type(datamodule).__name__}"
+            )
+        return datamodule
 
     @override
     def on_train_batch_end(
@@ -359,6 +439,8 @@ class RolloutCallback(L.Callback):
         # after the engine is built. Mark it stale; the first rollout pushes the weights then.
         self._build_engine()
         self._engine_stale = True
+        if self.dynamic_sampling is not None:
+            self._prompt_source(trainer)  # refuse a data module without draw_prompts before any work
         if self.async_rollouts is not None:
             assert self.engine is not None
             check_engine_for_async(self.engine, self.max_staleness)
@@ -441,13 +523,26 @@ class RolloutCallback(L.Callback):
     # ------------------------------------------------------------------ checkpoint state
     @override
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"last_sync_step": self.last_sync_step, "start_pass_at_k": self.start_pass_at_k}
+        state: dict[str, Any] = {
+            "last_sync_step": self.last_sync_step,
+            "start_pass_at_k": self.start_pass_at_k,
+            "group_size": self.sampling.n,
+        }
         if self.async_rollouts is not None:
             state["async_rollouts"] = self.async_rollouts.state_dict()
         return state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved_n = state_dict.get("group_size")
+        if saved_n is not None and int(saved_n) != self.sampling.n:
+            log.warning(
+                "resuming with RolloutCallback.sampling.n=%d (group size G) but the checkpoint was trained with %d: "
+                "the config's value %d wins from here on",
+                self.sampling.n,
+                int(saved_n),
+                self.sampling.n,
+            )
         self.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
         self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
@@ -455,4 +550,12 @@ class RolloutCallback(L.Callback):
             self.async_rollouts.load_state_dict(state_dict["async_rollouts"])
 
 
-__all__ = ["EVAL_BATCH_STRIDE", "TEST_SEED_OFFSET", "VAL_SEED_OFFSET", "RolloutCallback", "RolloutConsumer"]
+__all__ = [
+    "DYNAMIC_ROUND_SEED_OFFSET",
+    "EVAL_BATCH_STRIDE",
+    "TEST_SEED_OFFSET",
+    "VAL_SEED_OFFSET",
+    "PromptSource",
+    "RolloutCallback",
+    "RolloutConsumer",
+]

@@ -33,6 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import RolloutEngine
 
 R = TypeVar("R")
@@ -49,14 +50,14 @@ def check_engine_for_async(engine: RolloutEngine, max_staleness: int) -> None:
     are fine.
 
     Raises:
-        ValueError: naming ``max_staleness`` and the way out.
+        ConfigError: naming ``max_staleness`` and the way out.
     """
     if max_staleness < 0:
-        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
     from lit_fgrpo.rollout.hf import HFEngine
 
     if max_staleness > 0 and isinstance(engine, HFEngine):
-        raise ValueError(
+        raise ConfigError(
             f"max_staleness={max_staleness} needs an engine with its own copy of the weights, but the HF engine "
             "samples with the trainer's policy module, which the optimizer changes during generation; use the "
             "vLLM engine, the HF engine with its own weight copy (RolloutCallback.engine=hf_copy), or max_staleness=0"

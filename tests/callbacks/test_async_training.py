@@ -173,6 +173,11 @@ def test_refusals_name_the_flag(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as err:
         RolloutCallback(max_staleness=-1)
     one_line_refusal(err, "max_staleness")
+    from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+
+    with pytest.raises(ValueError) as err:
+        RolloutCallback(engine="hf_copy", max_staleness=1, dynamic_sampling=DynamicSampling())
+    one_line_refusal(err, "dynamic_sampling")
 
 
 @pytest.mark.slow
