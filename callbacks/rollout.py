@@ -17,6 +17,7 @@ GPU the engine sleeps while the trainer runs its optimizer step and wakes before
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
@@ -29,12 +30,14 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from typing_extensions import override
 
+from lit_fgrpo.callbacks.async_rollouts import AsyncRolloutDriver, check_async_settings
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.progress import progress
 from lit_fgrpo.rewards import resolve_reward
 from lit_fgrpo.rewards.guarded_call import Isolation
+from lit_fgrpo.rollout.async_rollouts import check_engine_for_async
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
@@ -85,8 +88,9 @@ class RolloutCallback(L.Callback):
     """Build and sync the engine; attach scored rollouts to every train/validation/test batch.
 
     Args:
-        engine: "hf" (transformers ``generate`` on the policy itself), "vllm" (colocated vLLM), or "auto"
-            (vLLM when installed, else HF).
+        engine: "hf" (transformers ``generate`` on the policy itself), "hf_copy" (``generate`` on the engine's
+            own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), or "auto" (vLLM when
+            installed, else HF).
         sampling: sampling settings for training rollouts; ``sampling.n`` is the group size G (>= 2).
         val_samples: completions per held-out prompt in validation/test (>= the largest pass@k k).
         val_temperature: sampling temperature for validation (default: the training temperature).
@@ -119,11 +123,15 @@ class RolloutCallback(L.Callback):
             :class:`PromptSource`) in rounds until the step has P groups whose advantages are not all 0, at most
             ``max_rounds`` rounds (:mod:`lit_fgrpo.rollout.dynamic_sampling`); logged as ``rollout/dynamic_*``.
             Every drawn prompt is consumed. One rank only for now.
+        max_staleness: k; 0 = synchronous (generate, then train). k >= 1 generates up to k batches ahead of the
+            trainer on the engine's own weight copy (vLLM or "hf_copy"); a rollout is at most k policy versions
+            old (logged ``rollout/staleness_max``, ``rollout/dropped_stale``) and the module corrects for it with
+            its importance weights (``--model.importance_correction``). See ``callbacks/async_rollouts.py``.
     """
 
     def __init__(
         self,
-        engine: Literal["auto", "vllm", "hf"] = "hf",
+        engine: Literal["auto", "vllm", "hf", "hf_copy"] = "hf",
         sampling: SamplingConfig | None = None,
         val_samples: int = 16,
         val_temperature: float | None = None,
@@ -143,6 +151,7 @@ class RolloutCallback(L.Callback):
         reward_timeout: float | None = None,
         reward_isolation: Isolation = "thread",
         dynamic_sampling: DynamicSampling | None = None,
+        max_staleness: int = 0,
     ) -> None:
         self._engine_kind = engine
         self.sampling = sampling or SamplingConfig()
@@ -163,8 +172,8 @@ class RolloutCallback(L.Callback):
             raise ConfigError(
                 f"RolloutCallback.reward_isolation must be 'thread' or 'process', got {reward_isolation!r}"
             )
-        if engine not in ("auto", "vllm", "hf"):
-            raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm' or 'hf', got {engine!r}")
+        if engine not in ("auto", "vllm", "hf", "hf_copy"):
+            raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm', 'hf' or 'hf_copy', got {engine!r}")
         names = reward_funcs or ["maze"]
         self._reward_funcs = [resolve_reward(name) for name in names]
         if reward_weights is not None and len(reward_weights) != len(names):
@@ -199,6 +208,18 @@ class RolloutCallback(L.Callback):
         self._probe: tuple[list[list[int]], list[list[int]]] | None = None
         # True while the engine may hold other weights than the policy; the next rollout syncs first.
         self._engine_stale = False
+        # ---- asynchronous rollouts (issue 11): None at max_staleness=0, the synchronous path ----
+        check_async_settings(max_staleness, sync_every, None)
+        self.max_staleness = max_staleness
+        self._trainer: L.Trainer | None = None
+        self.async_rollouts: AsyncRolloutDriver | None = None
+        if max_staleness > 0 and dynamic_sampling is not None:
+            raise ConfigError(
+                f"RolloutCallback.dynamic_sampling with max_staleness={max_staleness}: dynamic sampling draws its "
+                "prompts in rounds that depend on the rewards, which the generator cannot sample ahead; drop one"
+            )
+        if max_staleness > 0:
+            self.async_rollouts = AsyncRolloutDriver(max_staleness, self._collect_ahead, self._push_from_runner)
 
     # ------------------------------------------------------------------ engine
     @override
@@ -215,6 +236,8 @@ class RolloutCallback(L.Callback):
                 f"RolloutCallback.dynamic_sampling runs on one rank only (world_size={trainer.world_size}): ranks "
                 "would make different numbers of generation rounds; drop dynamic_sampling or train on one device"
             )
+        if isinstance(pl_module, FGRPOModule):
+            check_async_settings(self.max_staleness, self._sync_every, pl_module.hp.importance_correction)
         ks = pl_module.pass_at_k.ks if isinstance(pl_module, FGRPOModule) else [1]
         if self._val_samples < max(ks):
             raise ValueError(
@@ -261,6 +284,8 @@ class RolloutCallback(L.Callback):
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.async_rollouts is not None:
+            self.async_rollouts.close()  # stop generating before the engine goes
         if self.engine is not None:
             self.engine.close()
         self.engine, self.collector = None, None
@@ -336,6 +361,13 @@ class RolloutCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
+        if self.async_rollouts is not None:
+            with self.async_rollouts.paused():
+                self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
+            taken = self.async_rollouts.take(trainer, batch)
+            batch.rollout = taken.batch
+            pl_module.log_dict(taken.stats, on_step=True, on_epoch=False, batch_size=len(batch.records))
+            return
         self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
         if self.dynamic_sampling is None:
             batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
@@ -377,6 +409,9 @@ class RolloutCallback(L.Callback):
     ) -> None:
         # Count optimizer steps since the last push: a training step may take several (mini-batches, mu > 1),
         # so global_step can jump over the multiples of sync_every.
+        if self.async_rollouts is not None:
+            self.async_rollouts.push()  # version = RL steps done; waits for the generator's claims
+            return
         if trainer.global_step - self.last_sync_step >= self._sync_every:
             self._sync(trainer)
 
@@ -385,16 +420,18 @@ class RolloutCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
-        self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+        with self._engine_turn():
+            self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
+            batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
 
     @override
     def on_test_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
-        self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, TEST_SEED_OFFSET))
+        with self._engine_turn():
+            self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
+            batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, TEST_SEED_OFFSET))
 
     # ------------------------------------------------------------------ start of a stage
     @override
@@ -405,6 +442,10 @@ class RolloutCallback(L.Callback):
         self._engine_stale = True
         if self.dynamic_sampling is not None:
             self._prompt_source(trainer)  # refuse a data module without draw_prompts before any work
+        if self.async_rollouts is not None:
+            assert self.engine is not None
+            check_engine_for_async(self.engine, self.max_staleness)
+            self._trainer = trainer
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -465,14 +506,36 @@ class RolloutCallback(L.Callback):
         assert isinstance(result, dict)
         return {name: float(value) for name, value in result.items()}
 
+    # ------------------------------------------------------------------ asynchronous rollouts (issue 11)
+    def _collect_ahead(self, records: Any, step: int) -> RolloutBatch:
+        """The runner's sampling of training batch ``step`` (generator thread): seeded as the synchronous step."""
+        return self.collect(PromptBatch(list(records)), self.train_sampling(step))
+
+    def _push_from_runner(self) -> None:
+        """The runner's weight push (trainer thread, generator paused): sync and check, as the synchronous loop."""
+        assert self._trainer is not None
+        self._sync(self._trainer)
+
+    def _engine_turn(self) -> Any:
+        """Exclusive use of the engine while the generator is paused (a no-op when synchronous)."""
+        return self.async_rollouts.paused() if self.async_rollouts is not None else contextlib.nullcontext()
+
+    @override
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if self.async_rollouts is not None:
+            self.async_rollouts.close()
+
     # ------------------------------------------------------------------ checkpoint state
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state: dict[str, Any] = {
             "last_sync_step": self.last_sync_step,
             "start_pass_at_k": self.start_pass_at_k,
             "group_size": self.sampling.n,
         }
+        if self.async_rollouts is not None:
+            state["async_rollouts"] = self.async_rollouts.state_dict()
+        return state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -488,6 +551,8 @@ class RolloutCallback(L.Callback):
         self.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
         self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
+        if self.async_rollouts is not None and "async_rollouts" in state_dict:
+            self.async_rollouts.load_state_dict(state_dict["async_rollouts"])
 
 
 __all__ = [

@@ -141,7 +141,9 @@ def _chunked_head(
             sink[0] = None
             return out
 
-        logps.append(checkpoint(run, h, y, use_reentrant=False))  # type: ignore[arg-type]
+        # The head draws no random numbers: no RNG save/restore, which would also rewrite the global generator under
+        # a rollout thread sampling concurrently (asynchronous rollouts with the HF-copy engine).
+        logps.append(checkpoint(run, h, y, use_reentrant=False, preserve_rng_state=False))  # type: ignore[arg-type]
     logp = torch.cat(logps) if logps else hidden.new_zeros(0, dtype=torch.float32)
     ent = (torch.cat(entropies) if entropies else torch.zeros_like(logp)) if with_entropy else None
     return logp, ent

@@ -280,6 +280,23 @@ class PromptDataModule(L.LightningDataModule):
         self._train_stream = stream
         return self._loader(stream)
 
+    # ---- random access to the training stream (asynchronous rollouts, issue 11) ----
+    def train_batch(self, index: int) -> list[PromptRecord]:
+        """This rank's training batch number ``index`` of the stream (what the loader yields as its ``index``-th).
+
+        Used by asynchronous rollouts to sample batches ahead of the loader; call it after ``train_dataloader``.
+        """
+        if self._train_stream is None:
+            raise RuntimeError("PromptDataModule.train_batch needs the training stream: call train_dataloader() first")
+        return self._train_stream.batch(index)
+
+    @property
+    def train_position(self) -> int:
+        """Training batches handed to the training step so far on this rank (the stream's resume point)."""
+        return 0 if self._train_stream is None else self._train_stream.next_batch
+
+    # ---- end of the asynchronous-rollout accessors ----
+
     def _eval_loader(self, split: str) -> DataLoader | list:
         self.setup(split)
         if split not in self.splits:

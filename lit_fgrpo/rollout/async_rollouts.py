@@ -17,8 +17,9 @@ is exactly ``min(i, k)``. If versions jump (a caller pushing twice per step), a 
 counted (``rollout/dropped_stale``) and regenerated at the current version in the trainer's thread: never trained
 on, and its prompts are not lost.
 
-Checkpoints hold the index of the next batch to hand to the trainer; batches generated but not yet taken are not
-saved and are regenerated after a resume (same prompts, same seeds, the restored weights), so no prompt is lost or
+Checkpoints hold the index of the next batch to hand to the trainer. Batches generated but not yet taken are
+either saved with their version (``state_dict(in_flight=True)``: the resumed run is the uninterrupted one) or
+regenerated after a resume (same prompts, same seeds, the restored weights); either way no prompt is lost or
 repeated. An exception in the generator thread is re-raised in the trainer's thread by the next ``take()`` or
 ``push_weights()``; ``close()`` stops the thread.
 """
@@ -32,6 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import RolloutEngine
 
 R = TypeVar("R")
@@ -48,17 +50,17 @@ def check_engine_for_async(engine: RolloutEngine, max_staleness: int) -> None:
     are fine.
 
     Raises:
-        ValueError: naming ``max_staleness`` and the way out.
+        ConfigError: naming ``max_staleness`` and the way out.
     """
     if max_staleness < 0:
-        raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
     from lit_fgrpo.rollout.hf import HFEngine
 
     if max_staleness > 0 and isinstance(engine, HFEngine):
-        raise ValueError(
+        raise ConfigError(
             f"max_staleness={max_staleness} needs an engine with its own copy of the weights, but the HF engine "
             "samples with the trainer's policy module, which the optimizer changes during generation; use the "
-            "vLLM engine, the HF engine with its own weight copy (HFCopyEngine), or max_staleness=0"
+            "vLLM engine, the HF engine with its own weight copy (RolloutCallback.engine=hf_copy), or max_staleness=0"
         )
 
 
@@ -191,10 +193,23 @@ class StalenessBoundedRollouts(Generic[R, B]):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The data position (batches handed to the trainer) and running counters; in-flight batches are not
-        saved: they are regenerated after :meth:`load_state_dict`."""
-        return {
+    def state_dict(self, in_flight: bool = False) -> dict[str, Any]:
+        """The data position (batches handed to the trainer) and running counters.
+
+        Args:
+            in_flight: also save the batches sampled ahead (``"ready"``: ``{index: (batch, version)}``), waiting
+                for the one being generated. A resume then trains on exactly what the uninterrupted run trains on
+                (same weights at the end). Without it, they are regenerated after :meth:`load_state_dict` from the
+                restored weights: same prompts and seeds, but sampled at a newer version.
+        """
+        ready: dict[int, tuple[B, int]] = {}
+        if in_flight:
+            with self._cond:
+                while self._busy:
+                    self._raise_if_failed()
+                    self._cond.wait()
+                ready = {i: (item.batch, item.version) for i, item in sorted(self._ready.items()) if i >= self._taken}
+        return {"ready": ready} | {
             "next_index": self._taken,
             "version": self._version,
             "dropped_stale": self._dropped,
@@ -213,6 +228,10 @@ class StalenessBoundedRollouts(Generic[R, B]):
             self._staleness_sum = int(state.get("staleness_sum", 0))
             self._staleness_max = int(state.get("staleness_max", 0))
             self._ready.clear()
+            for index, (batch, version) in sorted(state.get("ready", {}).items()):
+                if int(index) == self._claimed:  # contiguous from the data position; later ones are regenerated
+                    self._ready[int(index)] = _Ready(batch, int(version))
+                    self._claimed += 1
             self._stop = False
             self._error = None
 

@@ -7,8 +7,10 @@ into it in place, so the engine holds exactly the weights of the last push until
 
 Caveat for asynchronous use: ``generate`` with a seed forks and reseeds torch's *global* CPU generator (HF
 sampling has no generator argument). The generator thread is then deterministic only while the trainer thread
-draws nothing from the global generator during a step (no dropout, the library's default); vLLM seeds per request
-and has no such caveat.
+neither draws from the global generator during a step (no dropout, the library's default) nor saves and restores
+its state (``torch.utils.checkpoint`` with ``preserve_rng_state=True``, as the policy's own gradient checkpointing
+does; the library's chunked log-prob head turns it off). Otherwise results stay correct, only not reproducible.
+vLLM seeds per request and has no such caveat.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import copy
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.hf import HFEngine
 
 
-class HFCopyEngine:
+class HFCopyEngine(RolloutEngine):
     """A :class:`~lit_fgrpo.rollout.base.RolloutEngine` with its own copy of the weights.
 
     Args:
@@ -64,6 +66,8 @@ class HFCopyEngine:
         """Sample with the copied weights; see :meth:`lit_fgrpo.rollout.hf.HFEngine.generate`."""
         return self._inner.generate(prompt_ids, sampling)
 
-    def score(self, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[torch.Tensor]:
-        """Teacher-forced log-probs (temperature 1) under the copied weights, one (T_i,) per row."""
-        return self._inner.score(prompt_ids, completion_ids)
+    def score(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Teacher-forced ``log_softmax(z / temperature)`` under the copied weights, one (T_i,) per row."""
+        return self._inner.score(prompt_ids, completion_ids, temperature)

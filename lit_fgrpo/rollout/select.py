@@ -10,7 +10,7 @@ from torch import nn
 
 from lit_fgrpo.rollout.base import RolloutEngine
 
-EngineKind = Literal["auto", "vllm", "hf"]
+EngineKind = Literal["auto", "vllm", "hf", "hf_copy"]
 
 _INSTALL_HINT = (
     "rollout engine 'vllm' requested but vLLM is not importable. Install the `vllm` extra on a CUDA machine "
@@ -40,7 +40,9 @@ def build_engine(
     Stop tokens beyond EOS are per request (``SamplingConfig.stop_token_ids``); EOS is always a stop.
 
     Args:
-        kind: ``"auto"`` = vLLM when importable, else HF; ``"vllm"`` requires vLLM; ``"hf"`` = ``generate``.
+        kind: ``"auto"`` = vLLM when importable, else HF; ``"vllm"`` requires vLLM; ``"hf"`` = ``generate`` on the
+            policy itself; ``"hf_copy"`` = ``generate`` on a private copy of the policy
+            (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
         workdir: directory where the policy is saved for vLLM (required for vLLM).
@@ -53,8 +55,8 @@ def build_engine(
         ImportError: ``kind="vllm"`` without vLLM installed.
         ValueError: unknown ``kind``, no EOS id, or vLLM without ``workdir``.
     """
-    if kind not in ("auto", "vllm", "hf"):
-        raise ValueError(f"engine kind must be 'auto', 'vllm' or 'hf', got {kind!r}")
+    if kind not in ("auto", "vllm", "hf", "hf_copy"):
+        raise ValueError(f"engine kind must be 'auto', 'vllm', 'hf' or 'hf_copy', got {kind!r}")
     eos = eos_token_id if eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         raise ValueError("no EOS token id: pass eos_token_id or a tokenizer that defines one")
@@ -68,9 +70,12 @@ def build_engine(
 
         return VLLMEngine.from_model(model, tokenizer, workdir, eos_token_id=int(eos), **vllm_kwargs)
 
+    pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
+    pad_id = int(eos if pad is None else pad)
+    if kind == "hf_copy":
+        from lit_fgrpo.rollout.hf_copy import HFCopyEngine
+
+        return HFCopyEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
     from lit_fgrpo.rollout.hf import HFEngine
 
-    pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
-    return HFEngine(
-        model, pad_token_id=int(eos if pad is None else pad), eos_token_id=int(eos), chunk_size=hf_chunk_size
-    )
+    return HFEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
