@@ -7,8 +7,8 @@ check after each weight push, so all three compare against the trainer's own log
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 import contextlib
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch

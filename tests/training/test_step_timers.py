@@ -71,7 +71,9 @@ def test_step_phases_are_logged_and_add_up_to_the_step_wall_time() -> None:
     # a model big enough that the step is compute, not Lightning bookkeeping; beta > 0 and mu = 2 for every phase
     config = TINY_MODEL | {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 3}
     module = tiny_module(model_config=config, beta=0.05, num_iterations=2, micro_batch_rows=8)
-    prompts = [PromptRecord(prompt="<bos> WALL PATH", prompt_ids=[1, 9, 8, 8, 9], columns={}, index=i) for i in range(4)]
+    prompts = [
+        PromptRecord(prompt="<bos> WALL PATH", prompt_ids=[1, 9, 8, 8, 9], columns={}, index=i) for i in range(4)
+    ]
     loader = torch.utils.data.DataLoader([prompts] * steps, batch_size=None, collate_fn=lambda batch: batch)
     rollouts = RolloutCallback(
         sampling=SamplingConfig(n=4, max_tokens=16, seed=0),
