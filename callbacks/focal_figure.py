@@ -5,14 +5,19 @@ Data it needs from each training rollout batch: ``RolloutBatch.correct`` (P, G) 
 ``correct`` over its scorable completions, mu_hat = sum_g c_g v_g / sum_g v_g (v = ~isnan(rewards)), the same
 mu_hat that sets the focal weight g = (1 - mu_hat)^gamma.
 
-It reads the batch through the module's ``last_rollout`` attribute (:class:`ExposesRollout`: the training
-rollout of the step that just ran); a module without it gets nothing recorded and no figure. :meth:`observe`
-is the seam for anything else that has the verdicts.
+It reads them through the batch seam: the training batch is a :class:`~lit_fgrpo.rollout.batch.PromptBatch`
+whose ``rollout`` the :class:`~lit_fgrpo.callbacks.RolloutCallback` attached before ``training_step``, and which
+``training_step`` reads without detaching (``PromptBatch.take_rollout``), so ``on_train_batch_end`` receives the very
+rollout that was trained on. A batch without a rollout records nothing. :meth:`observe` is the seam for anything
+else that has the verdicts.
+
+With several ranks each rank sees its own prompts; the figure (drawn on rank 0) shows rank 0's groups, a
+1/world_size sample of every step's groups.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -20,16 +25,10 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
+from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.reporting.artifacts import log_figure
 from lit_fgrpo.reporting.focal_figure import focal_figure
-from lit_fgrpo.rollout.batch import RolloutBatch
-
-
-@runtime_checkable
-class ExposesRollout(Protocol):
-    """A module that keeps the training rollout of its last step."""
-
-    last_rollout: RolloutBatch | None
+from lit_fgrpo.rollout.batch import PromptBatch
 
 
 def group_success_rates(correct: Tensor, rewards: Tensor | None = None) -> np.ndarray:
@@ -51,6 +50,7 @@ class FocalFigureCallback(L.Callback):
 
     def __init__(self, artifact_file: str = "figures/focal.png", bins: int = 10) -> None:
         self.artifact_file, self.bins = artifact_file, bins
+        self.group_size = 1
         self.steps: list[int] = []
         self.success_rates: list[np.ndarray] = []
 
@@ -63,16 +63,27 @@ class FocalFigureCallback(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if isinstance(pl_module, ExposesRollout) and pl_module.last_rollout is not None:
-            rollout = pl_module.last_rollout
-            self.observe(trainer.global_step, rollout.correct, rollout.rewards)
+        if isinstance(batch, PromptBatch) and batch.rollout is not None:
+            self.group_size = batch.rollout.group_size
+            self.observe(trainer.global_step, batch.rollout.correct, batch.rollout.rewards)
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.steps or not trainer.is_global_zero:
             return
-        gamma = float(pl_module.hparams.get("gamma", 0.0))
-        figure = focal_figure(self.steps, self.success_rates, gamma, bins=self.bins)
+        if isinstance(pl_module, FGRPOModule):
+            # the weight the advantages were multiplied by (focal with gamma, or the group_weight hook)
+            weight = pl_module.applied_group_weight
+            size = torch.tensor(float(self.group_size))
+
+            def weight_of_mu(mu: np.ndarray) -> np.ndarray:
+                rates = torch.as_tensor(mu, dtype=torch.float64)
+                return weight(rates, size.expand_as(rates).to(torch.float64)).numpy()
+
+            label = f"gamma = {weight.gamma:g}" if weight.kind == "focal" else weight.kind
+            figure = focal_figure(self.steps, self.success_rates, weight_of_mu, bins=self.bins, weight_label=label)
+        else:
+            figure = focal_figure(self.steps, self.success_rates, 0.0, bins=self.bins)
         log_figure(trainer.logger, figure, self.artifact_file)
 
     @override

@@ -2,8 +2,10 @@
 
 "Before" is the start-of-run validation of :class:`~lit_fgrpo.callbacks.RolloutCallback` (``validate_at_start``,
 logged at step 0); "after" is the last ``val/pass_at_k`` that the module logged in Lightning's validation loop.
-At the end of ``fit`` the two are logged as ``final/pass_at_k`` and ``final/start_pass_at_k`` and written as a
-small table to the log.
+At the end of ``fit`` the two are logged as ``final/pass_at_k`` and ``final/start_pass_at_k``, drawn as
+``figures/pass_at_k.png`` (pass@k against k on a log axis, :func:`~lit_fgrpo.reporting.pass_at_k_figure`; an
+MLflow artifact of the run, or a PNG in the log dir of another logger), and written as a small table to the log,
+followed by where the figure went. Rank 0 only.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lit_fgrpo.callbacks.rollout import RolloutCallback
+from lit_fgrpo.reporting.artifacts import log_figure
+from lit_fgrpo.reporting.pass_at_k_figure import pass_at_k_figure, pass_at_k_from_metrics
 
 PREFIX = "val/pass_at_"
 """The metrics this callback reads (logged by the module's ``on_validation_epoch_end``)."""
@@ -29,10 +33,17 @@ def format_report(before: dict[str, float], after: dict[str, float]) -> str:
 
 
 class PassAtKReport(L.Callback):
-    """Report held-out pass@k before and after RL (needs a :class:`RolloutCallback` with ``validate_at_start``)."""
+    """Report held-out pass@k before and after RL (needs a :class:`RolloutCallback` with ``validate_at_start``).
 
-    def __init__(self) -> None:
+    Args:
+        artifact_file: the figure's name in the run.
+    """
+
+    def __init__(self, artifact_file: str = "figures/pass_at_k.png") -> None:
+        self.artifact_file = artifact_file
         self.after: dict[str, float] = {}
+        self.figure_location: str | None = None
+        """Where the last figure went (``runs:/<id>/figures/pass_at_k.png`` or a file path), None if nowhere."""
 
     @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -55,7 +66,13 @@ class PassAtKReport(L.Callback):
                 before = callback.start_pass_at_k
         if not before or not self.after:
             return
-        rank_zero_info(format_report(before, self.after))
+        if trainer.is_global_zero:
+            figure = pass_at_k_figure(pass_at_k_from_metrics(before), pass_at_k_from_metrics(self.after))
+            self.figure_location = log_figure(trainer.logger, figure, self.artifact_file)
+        report = format_report(before, self.after)
+        if self.figure_location is not None:
+            report += f"\npass@k figure: {self.figure_location}"
+        rank_zero_info(report)
         if trainer.logger is not None:
             final = {f"final/{k}": v for k, v in self.after.items()}
             final |= {f"final/start_{k}": v for k, v in before.items()}

@@ -5,6 +5,10 @@ steps in one endless epoch, so it read ``Epoch 0/-2`` with no total. This one sh
 pass@1=0.23]`` on a terminal and, elsewhere (CI logs), a status line every 10 % or 30 s (:mod:`lit_fgrpo.progress`):
 ``RL: step 120/200 (60%), reward 0.41, pass@1 0.23, 04:01 elapsed, ~02:41 left``.
 
+Each validation (the held-out pass@k sampled in Lightning's validation loop) shows Lightning's validation bar on a
+terminal and, elsewhere, status lines of its own: ``pass@k at step 200: batch 4/4 (100%), 01:02 elapsed``. The
+pass@k before RL is sampled outside the loop and reports through :func:`lit_fgrpo.progress.progress`.
+
 The CLI installs it unless the config has a progress bar of its own or ``trainer.enable_progress_bar: false``
 (:func:`default_progress_bar`).
 """
@@ -12,6 +16,7 @@ The CLI installs it unless the config has a progress bar of its own or ``trainer
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 from typing import Any
 
@@ -40,6 +45,7 @@ class RLProgressBar(TQDMProgressBar):
         super().__init__(refresh_rate=refresh_rate, leave=leave)
         self.mode, self.every_s = mode, every_s
         self._lines: ProgressReporter | None = None
+        self._val_lines: ProgressReporter | None = None
 
     @property
     def line_mode(self) -> bool:
@@ -87,6 +93,40 @@ class RLProgressBar(TQDMProgressBar):
         if self._lines is not None:
             self._lines.close()
             self._lines = None
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        super().on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
+        # the number of batches is known from the first batch on (not yet at on_validation_start)
+        if self._val_lines is None and self.line_mode and trainer.is_global_zero and not trainer.sanity_checking:
+            # not self.total_val_batches: that reads 0 when validation runs by step (check_val_every_n_epoch None)
+            counts = [float(n) for n in trainer.num_val_batches]
+            total = int(sum(counts)) if counts and all(math.isfinite(n) for n in counts) else None
+            label = f"pass@k at step {trainer.global_step}"
+            self._val_lines = ProgressReporter(label, total, unit="batch", mode=self.mode, every_s=self.every_s)
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        super().on_validation_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
+        if self._val_lines is not None:
+            self._val_lines.update(1)
+
+    @override
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if self._val_lines is not None:
+            self._val_lines.close()
+            self._val_lines = None
 
 
 def _is_number(value: Any) -> bool:

@@ -29,12 +29,16 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from typing_extensions import override
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.progress import progress
 from lit_fgrpo.rewards import resolve_reward
+from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, dynamic_sample
 from lit_fgrpo.rollout.hf import HFEngine
 from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
@@ -48,6 +52,18 @@ TEST_SEED_OFFSET = 2_000_003
 """Test sampling seeds, offset like the validation ones."""
 EVAL_BATCH_STRIDE = 7919
 """Seed stride between evaluation batches (a prime, so batches of different runs do not line up)."""
+DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
+"""Dynamic-sampling round r > 0 of training step s samples with ``seed + s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
+
+
+@runtime_checkable
+class PromptSource(Protocol):
+    """A data module that hands out the next training prompts one by one (dynamic sampling draws through it).
+
+    :class:`~lit_fgrpo.data.PromptDataModule` is one: :meth:`~lit_fgrpo.data.PromptDataModule.draw_prompts`.
+    """
+
+    def draw_prompts(self, count: int) -> list[Any]: ...
 
 
 @runtime_checkable
@@ -97,6 +113,14 @@ class RolloutCallback(L.Callback):
             max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
         seed: base sampling seed; training step s samples with seed + s, so a resumed run repeats exactly.
+        reward_timeout: seconds one reward call may take; a call past it makes its rows unscorable (counted,
+            logged as ``rollout/reward_timeouts``). None = no limit.
+        reward_isolation: run timed reward calls in a ``thread`` (thread-safe functions) or a worker ``process``
+            (functions that are not thread-safe, e.g. math-verify's signal-based timeout, or that may crash).
+        dynamic_sampling: DAPO's dynamic sampling: draw prompts from the data module (a
+            :class:`PromptSource`) in rounds until the step has P groups whose advantages are not all 0, at most
+            ``max_rounds`` rounds (:mod:`lit_fgrpo.rollout.dynamic_sampling`); logged as ``rollout/dynamic_*``.
+            Every drawn prompt is consumed. One rank only for now.
     """
 
     def __init__(
@@ -118,6 +142,9 @@ class RolloutCallback(L.Callback):
         engine_kwargs: dict[str, Any] | None = None,
         hf_chunk_size: int = 512,
         seed: int = 0,
+        reward_timeout: float | None = None,
+        reward_isolation: Isolation = "thread",
+        dynamic_sampling: DynamicSampling | None = None,
     ) -> None:
         self._engine_kind = engine
         self.sampling = sampling or SamplingConfig()
@@ -130,6 +157,14 @@ class RolloutCallback(L.Callback):
             raise ValueError(f"RolloutCallback.val_samples must be >= 1, got {val_samples}")
         if sync_every < 1:
             raise ValueError(f"RolloutCallback.sync_every must be >= 1, got {sync_every}")
+        if reward_timeout is not None and not (0 < reward_timeout < float("inf")):
+            raise ConfigError(
+                f"RolloutCallback.reward_timeout must be a finite number > 0 or null, got {reward_timeout}"
+            )
+        if reward_isolation not in ("thread", "process"):
+            raise ConfigError(
+                f"RolloutCallback.reward_isolation must be 'thread' or 'process', got {reward_isolation!r}"
+            )
         if engine not in ("auto", "vllm", "hf"):
             raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm' or 'hf', got {engine!r}")
         names = reward_funcs or ["maze"]
@@ -153,6 +188,10 @@ class RolloutCallback(L.Callback):
         self._engine_kwargs = engine_kwargs or {}
         self._hf_chunk_size = hf_chunk_size
         self._seed = seed
+        self._reward_timeout = reward_timeout
+        self._reward_isolation: Isolation = reward_isolation
+        self.dynamic_sampling = dynamic_sampling
+        self._source: PromptSource | None = None
         self.engine: RolloutEngine | None = None
         self.collector: RolloutCollector | None = None
         self._consumer: RolloutConsumer | None = None
@@ -178,6 +217,11 @@ class RolloutCallback(L.Callback):
         self._consumer = pl_module
         if isinstance(pl_module, FGRPOModule):
             self._timer = pl_module.timer
+        if self.dynamic_sampling is not None and trainer.world_size > 1:
+            raise ConfigError(
+                f"RolloutCallback.dynamic_sampling runs on one rank only (world_size={trainer.world_size}): ranks "
+                "would make different numbers of generation rounds; drop dynamic_sampling or train on one device"
+            )
         ks = pl_module.pass_at_k.ks if isinstance(pl_module, FGRPOModule) else [1]
         if self._val_samples < max(ks):
             raise ValueError(
@@ -217,6 +261,8 @@ class RolloutCallback(L.Callback):
                 self._correct_threshold,
                 pad_id_of(tokenizer),
                 self._mask_truncated,
+                reward_timeout=self._reward_timeout,
+                reward_isolation=self._reward_isolation,
             )
         return self.collector
 
@@ -304,7 +350,10 @@ class RolloutCallback(L.Callback):
         with self._timer.phase("sync"):
             self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
         start = time.perf_counter()
-        batch.rollout = rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        if self.dynamic_sampling is None:
+            batch.rollout = rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        else:
+            batch.rollout = rollout = self._dynamic_rollout(trainer, pl_module, len(batch.records))
         # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
         generate = rollout.stats.get("generation_seconds", 0.0)
         self._timer.add("generate", generate)
@@ -312,6 +361,33 @@ class RolloutCallback(L.Callback):
         self._timer.add_tokens("generate", sum(len(ids) for ids in rollout.completion_ids))
         assert self.engine is not None
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
+
+    def _dynamic_rollout(self, trainer: L.Trainer, pl_module: L.LightningModule, num_prompts: int) -> RolloutBatch:
+        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
+        assert self.dynamic_sampling is not None and self.collector is not None
+        source = self._prompt_source(trainer)
+        sampling = self.train_sampling(trainer.global_step)
+        rounds = 0
+
+        def draw(count: int) -> RolloutBatch:
+            nonlocal rounds
+            seed = self._seed + trainer.global_step + rounds * DYNAMIC_ROUND_SEED_OFFSET
+            rounds += 1
+            return self.collect(PromptBatch(source.draw_prompts(count)), replace(sampling, seed=seed))
+
+        weight = pl_module.applied_group_weight if isinstance(pl_module, FGRPOModule) else None
+        rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, self.collector.pad_token_id)
+        return rollout
+
+    def _prompt_source(self, trainer: L.Trainer) -> PromptSource:
+        # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
+        datamodule = getattr(trainer, "datamodule", None)
+        if not isinstance(datamodule, PromptSource):
+            raise ConfigError(
+                "RolloutCallback.dynamic_sampling needs a data module with draw_prompts(count) (PromptDataModule); "
+                f"got {type(datamodule).__name__}"
+            )
+        return datamodule
 
     @override
     def on_train_batch_end(
@@ -346,6 +422,8 @@ class RolloutCallback(L.Callback):
         # after the engine is built. Mark it stale; the first rollout pushes the weights then.
         self._build_engine()
         self._engine_stale = True
+        if self.dynamic_sampling is not None:
+            self._prompt_source(trainer)  # refuse a data module without draw_prompts before any work
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -393,9 +471,13 @@ class RolloutCallback(L.Callback):
         assert self._consumer is not None
         ks = self._consumer.pass_at_k.ks if isinstance(self._consumer, FGRPOModule) else [1]
         metric = PassAtK(list(ks))
-        for batch_idx, records in enumerate(self._val_batches(trainer)):
-            rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
-            metric.update(rollout.correct)
+        batches = self._val_batches(trainer)
+        # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.progress)
+        with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
+            for batch_idx, records in enumerate(batches):
+                rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+                metric.update(rollout.correct)
+                bar.update(1)
         if float(metric.num_problems) == 0:
             return {}
         result = metric.compute()
@@ -405,13 +487,34 @@ class RolloutCallback(L.Callback):
     # ------------------------------------------------------------------ checkpoint state
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"last_sync_step": self.last_sync_step, "start_pass_at_k": self.start_pass_at_k}
+        return {
+            "last_sync_step": self.last_sync_step,
+            "start_pass_at_k": self.start_pass_at_k,
+            "group_size": self.sampling.n,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved_n = state_dict.get("group_size")
+        if saved_n is not None and int(saved_n) != self.sampling.n:
+            log.warning(
+                "resuming with RolloutCallback.sampling.n=%d (group size G) but the checkpoint was trained with %d: "
+                "the config's value %d wins from here on",
+                self.sampling.n,
+                int(saved_n),
+                self.sampling.n,
+            )
         self.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
         self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
 
 
-__all__ = ["EVAL_BATCH_STRIDE", "TEST_SEED_OFFSET", "VAL_SEED_OFFSET", "RolloutCallback", "RolloutConsumer"]
+__all__ = [
+    "DYNAMIC_ROUND_SEED_OFFSET",
+    "EVAL_BATCH_STRIDE",
+    "TEST_SEED_OFFSET",
+    "VAL_SEED_OFFSET",
+    "PromptSource",
+    "RolloutCallback",
+    "RolloutConsumer",
+]

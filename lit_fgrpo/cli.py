@@ -5,6 +5,7 @@
     lit-fgrpo fit --help                                  # every setting with its docstring
     lit-fgrpo simulate --group-sizes 2 8 32 --seeds 2     # paper §5 categorical simulation
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
+    lit-fgrpo maze-report DIR                             # the verdict of a sweep from its per-seed CSVs
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
 
@@ -98,7 +99,8 @@ COMMANDS = {
     "validate": "held-out pass@k of a policy or a checkpoint (--ckpt_path) on the validation split",
     "test": "pass@k on the test split",
     "simulate": "the paper's section 5 categorical simulation: GRPO vs F-GRPO over group sizes, with a figure",
-    "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes from one warm start",
+    "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes and seeds, resumable",
+    "maze-report": "the verdict of a multi-seed maze sweep: table with intervals, pass@k figure, one line per hypothesis",
 }
 
 
@@ -142,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         from lit_fgrpo.experiments.maze_sweep import main as sweep_main
 
         return sweep_main(words[1:])
+    if words and words[0] == "maze-report":
+        from lit_fgrpo.experiments.evidence_report import main as report_main
+
+        return report_main(words[1:])
     if argv is None:
         sys.argv[1:] = words  # LightningCLI warns when args and sys.argv both carry arguments
     return _run_fit_cli(words, debug, from_argv=argv is None)

@@ -17,6 +17,7 @@ access to :attr:`policy` builds it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import warnings
 from pathlib import Path
@@ -25,18 +26,22 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.objectives import AdvantageScale, LossType, group_advantages
+from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType, group_advantages
 from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
 from lit_fgrpo.objectives.diagnostics import mismatch_stat, rollout_stats, train_stats
 from lit_fgrpo.objectives.hparam_checks import check_module_numbers
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
+from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
+from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.rollout.scoring import eval_mode, train_mode
 from lit_fgrpo.timing import PhaseTimer
@@ -57,7 +62,9 @@ class FGRPOModule(L.LightningModule):
             fresh model from; vocab size and special ids default to the tokenizer's.
         tokenizer: tokenizer directory (defaults to ``model``), or ``builtin:maze``.
         gamma: focal exponent; the advantage of each group is scaled by (1 - mu_hat) ** gamma. 0 = base method.
-        loss_type: grpo, bnpo, dr_grpo, dapo or cispo (sets the clip defaults and the token aggregation).
+        group_weight: another per-group weight w(mu_hat, G) in place of the focal one (``maxrl``, ``band``, a
+            dotted path; see :mod:`lit_fgrpo.objectives.group_weights`); needs ``gamma: 0``. Assumes binary verdicts.
+        loss_type: grpo, bnpo, dr_grpo, dapo, cispo or gspo (sets the clip defaults and the token aggregation).
         epsilon: lower clip (default by preset: 0.2, cispo 1.0).
         epsilon_high: upper clip (default by preset: 0.2, dapo 0.28, cispo 5.0).
         beta: k3 KL coefficient; > 0 keeps a frozen reference (for LoRA: the base with adapters disabled).
@@ -81,8 +88,11 @@ class FGRPOModule(L.LightningModule):
         skip_zero_advantage: skip the forward/backward of rows whose advantage is 0 (the loss's divisor is
             kept, so the update is identical).
         val_pass_at_k: the k values of pass@k logged in validation (each <= the validation sample count).
-        save_pretrained_dir: if set, the policy (LoRA merged) and tokenizer are saved there at the end of fit.
+        save_pretrained_dir: if set, the policy (LoRA merged) and tokenizer are saved there at the end of fit,
+            and logged as the MLflow run's ``policy/`` artifacts (reload: ``lit_fgrpo.reporting.load_policy_from_run``).
         seed: seed for building a model from ``model_config``.
+        max_nonfinite_skips: optimizer steps with a non-finite loss or gradient are skipped (counted, logged as
+            ``train/nonfinite_skips``); this many in a row stop the run with a ``NonFiniteError``.
     """
 
     def __init__(
@@ -115,10 +125,17 @@ class FGRPOModule(L.LightningModule):
         val_pass_at_k: list[int] | None = None,
         save_pretrained_dir: str | None = None,
         seed: int = 0,
+        group_weight: GroupWeight | None = None,
+        max_nonfinite_skips: int = 5,
     ) -> None:
         super().__init__()
+        if isinstance(group_weight, dict):  # as stored in a checkpoint's hyperparameters
+            group_weight = GroupWeight(**group_weight)
         self._validate(locals())
+        self.nonfinite_guard = NonFiniteGuard(max_nonfinite_skips)
         self.save_hyperparameters()
+        # Stored as a plain dict: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
+        self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
@@ -152,13 +169,19 @@ class FGRPOModule(L.LightningModule):
             (args["warmup_steps"] >= 0, f"--model.warmup_steps must be >= 0, got {args['warmup_steps']}"),
             (args["importance_cap"] > 0, f"--model.importance_cap must be > 0, got {args['importance_cap']}"),
         ]
+        if args["group_weight"] is not None and args["gamma"] != 0:
+            raise ConfigError(
+                f"--model.gamma={args['gamma']} and --model.group_weight (kind {args['group_weight'].kind!r}) are both "
+                "set; the group weight replaces the focal one",
+                hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
+            )
         mbp = args["mini_batch_prompts"]
         checks.append((mbp is None or mbp >= 1, f"--model.mini_batch_prompts must be >= 1, got {mbp}"))
         for k in args["val_pass_at_k"] or []:
             checks.append((k >= 1, f"--model.val_pass_at_k values must be >= 1, got {k}"))
         for ok, message in checks:
             if not ok:
-                raise ValueError(message)
+                raise ConfigError(message)
 
     # ------------------------------------------------------------------ model
     @override
@@ -316,12 +339,18 @@ class FGRPOModule(L.LightningModule):
                 rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
                 with self.timer.phase("optimizer"):
                     optimizer.zero_grad(set_to_none=True)
-                pieces.extend(
-                    self._accumulate(
-                        rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items, entropy=iteration == 0
-                    )
+                step_pieces = self._accumulate(
+                    rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items, entropy=iteration == 0
                 )
+                pieces.extend(step_pieces)
+                step_loss = torch.stack([p["loss"] for p in step_pieces]).sum() if step_pieces else None
                 with self.timer.phase("optimizer"):
+                    # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
+                    if not self.nonfinite_guard.check(self.global_step, step_loss, self.policy.named_parameters()):
+                        optimizer.zero_grad(
+                            set_to_none=True
+                        )  # no step, no scheduler step: the weights stay as they were
+                        continue
                     if self.hp.max_grad_norm is not None:
                         self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
                     optimizer.step()
@@ -331,17 +360,29 @@ class FGRPOModule(L.LightningModule):
         trained_tokens = sum(float(p["tokens"]) for p in pieces)
         self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
         values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
-        values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.hp.gamma, mask)
+        values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
+        values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.applied_group_weight, mask)
         values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
         values |= {f"rollout/{key}": float(value) for key, value in rollout.stats.items()}
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
         self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
         return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
 
+    @property
+    def applied_group_weight(self) -> GroupWeight:
+        """The per-group weight the advantages are multiplied by: ``group_weight``, else focal with ``gamma``."""
+        weight = self.hp.get("group_weight")
+        return GroupWeight(**weight) if weight is not None else GroupWeight("focal", gamma=float(self.hp.gamma))
+
     def advantages(self, rollout: RolloutBatch) -> Tensor:
-        """(P, G) focal-weighted group advantages of a rollout with this module's settings."""
+        """(P, G) group advantages of a rollout, weighted by :attr:`applied_group_weight`."""
         return group_advantages(
-            rollout.rewards, self.hp.gamma, self.hp.scale_rewards, rollout.correct, self.hp.advantage_eps
+            rollout.rewards,
+            0.0,
+            self.hp.scale_rewards,
+            rollout.correct,
+            self.hp.advantage_eps,
+            group_weight=self.applied_group_weight,
         ).to(self.device)
 
     def backward_on(self, rollout: RolloutBatch) -> list[dict[str, Tensor]]:
@@ -435,6 +476,14 @@ class FGRPOModule(L.LightningModule):
         if values:
             self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["nonfinite_guard"] = self.nonfinite_guard.state_dict()
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.nonfinite_guard.load_state_dict(checkpoint.get("nonfinite_guard", {}))
+
     # ------------------------------------------------------------------ validation
     @override
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
@@ -467,8 +516,12 @@ class FGRPOModule(L.LightningModule):
     # ------------------------------------------------------------------ export
     @override
     def on_fit_end(self) -> None:
+        # After the callbacks' on_fit_end (Lightning's order), before the logger closes the run.
         if self.hp.save_pretrained_dir and self.trainer.is_global_zero:
-            self.save_pretrained(self.hp.save_pretrained_dir)
+            directory = self.save_pretrained(self.hp.save_pretrained_dir)
+            # The run carries the weights it produced: the same files as the run's `policy/` artifacts.
+            where = log_policy(self.logger, directory)
+            rank_zero_info(f"policy saved to {directory}" + (f" and logged as {where}" if where else ""))
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Save the policy (LoRA merged into a copy) and the tokenizer, loadable by transformers unchanged."""

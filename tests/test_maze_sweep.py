@@ -1,16 +1,19 @@
-"""The maze sweep end to end on tiny settings, and ΔNLL_rare = 0 for an unchanged policy."""
+"""The resumable maze sweep on a tiny setting (2 arms x 2 seeds): interruption, resume, bad input, ΔNLL_rare = 0."""
 
 from __future__ import annotations
 
 import copy
 import csv
+import json
 import math
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+import yaml
 
-from lit_fgrpo.experiments import main, run_maze_sweep
+from lit_fgrpo.experiments.maze_sweep import EXIT_INCOMPLETE, main, run_maze_sweep
 from lit_fgrpo.experiments.rare_pool import RarePool, pack_pool, score_nll
 from lit_fgrpo.tasks import MazeConfig, TinyPolicyConfig, build_tiny_policy, build_word_tokenizer, make_maze_splits
 from lit_fgrpo.tasks.maze import MAZE_VOCAB, maze_prompt_tokens, maze_target_tokens
@@ -26,48 +29,88 @@ TINY_MODEL = {
     "tie_word_embeddings": True,
 }
 TINY: dict[str, Any] = dict(
-    group_sizes=(4,), gammas=(0.0, 1.0), rl_steps=2, prompts_per_step=4, warm_start_steps=60, eval_samples=8,
-    ks=(1, 8), maze_rows=2, maze_cols=3, num_train=200, num_val=8, num_test=8, val_samples=4, dnll_prompts=16,
-    dnll_samples=16, dnll_top_fraction=0.25, warm_start_lr=3e-3, model_config=TINY_MODEL, tracking_uri=None,
+    arms=["4:0", "4:1"], seeds=[0, 1], rl_steps=3, milestones=[1], prompts_per_step=4, warm_start_steps=60,
+    eval_samples=8, ks=[1, 8], maze_rows=2, maze_cols=3, maze_seed=7, num_train=200, num_val=8, num_test=8,
+    val_samples=4, dnll_prompts=16, dnll_samples=16, dnll_top_fraction=0.25, warm_start_lr=3e-3,
+    model_config=TINY_MODEL, tracking_uri=None, ckpt_every=1,
 )  # fmt: skip
+RESULT = ("pass_at_1", "pass_at_8", "dnll_rare", "dnll_mean", "base_pass_at_1", "start_val_pass_at_1")
 
 
-def test_tiny_sweep_writes_table_with_shared_warm_start(tmp_path: Path) -> None:
-    rows = run_maze_sweep(out_dir=tmp_path, seed=0, **TINY)
-    assert [(r["group_size"], r["gamma"]) for r in rows] == [(4, 0.0), (4, 1.0)]
-    with (tmp_path / "maze_sweep.csv").open() as handle:
-        table = list(csv.DictReader(handle))
-    assert len(table) == 2
-    for column in ("group_size", "gamma", "pass_at_1", "pass_at_8", "base_pass_at_1", "base_pass_at_8",
-                   "start_val_pass_at_1", "dnll_rare", "dnll_mean", "dnll_pool_size", "rl_seconds", "seed"):  # fmt: skip
-        assert column in table[0], column
-    # Same warm start for every arm: identical pre-RL validation pass@k (same weights, same sampling seeds).
-    assert table[0]["start_val_pass_at_1"] == table[1]["start_val_pass_at_1"]
-    assert table[0]["base_pass_at_1"] == table[1]["base_pass_at_1"]
-    assert int(table[0]["dnll_pool_size"]) > 0
-    for row in rows:
-        assert math.isfinite(row["dnll_rare"]) and math.isfinite(row["dnll_mean"])
-        assert 0.0 <= row["pass_at_1"] <= row["pass_at_8"] <= 1.0
-    assert (tmp_path / "maze_sweep.png").exists()
-    assert (tmp_path / "warm_start" / "config.json").exists()
-    # A second process can reuse the saved warm start: same base metrics, same pre-RL check, same first arm.
-    again = run_maze_sweep(
-        out_dir=tmp_path / "again", seed=0, init_from=tmp_path / "warm_start", **TINY | {"gammas": (0.0,)}
-    )  # type: ignore[arg-type]
-    for key in ("base_pass_at_1", "base_pass_at_8", "start_val_pass_at_1", "pass_at_1", "dnll_rare"):
-        assert again[0][key] == rows[0][key], key
-    merged = main(["--combine", str(tmp_path / "maze_sweep.csv"), str(tmp_path / "again" / "maze_sweep.csv"),
-                   "--ks", "1", "8", "--out-dir", str(tmp_path / "merged")])  # fmt: skip
-    assert merged == 0 and len(list(csv.DictReader((tmp_path / "merged" / "maze_sweep.csv").open()))) == 3
+def _key(row: dict[str, Any]) -> tuple[int, int, float, int]:
+    return int(row["seed"]), int(row["group_size"]), float(row["gamma"]), int(row["rl_steps"])
 
 
-def test_cli_main_parses_and_runs(tmp_path: Path) -> None:
-    argv = ["--group-sizes", "2", "--gammas", "0.5", "--rl-steps", "1", "--prompts-per-step", "2",
-            "--warm-start-steps", "2", "--eval-samples", "2", "--ks", "1", "2", "--maze-rows", "2", "--maze-cols",
-            "2", "--num-train", "20", "--num-val", "2", "--num-test", "2", "--val-samples", "2", "--dnll-prompts",
-            "2", "--dnll-samples", "2", "--tracking-uri", "none", "--out-dir", str(tmp_path)]  # fmt: skip
-    assert main(argv) == 0
-    assert (tmp_path / "maze_sweep.csv").exists()
+def _status(out: Path) -> dict[str, Any]:
+    return json.loads((out / "sweep_status.json").read_text())
+
+
+@pytest.mark.slow
+def test_sweep_survives_interruption_and_skips_finished_arms(tmp_path: Path) -> None:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "sweep"
+    # 1) Stopped by its step budget in the middle of seed 0's second arm (steps 1..3 of N4_g0, then 2 of N4_g1).
+    assert main(["--config", str(config), "--out_dir", str(out), "--step_budget", "5"]) == EXIT_INCOMPLETE
+    first = _status(out)
+    assert first["steps_trained_last_run"] == 5 and not first["complete"]
+    assert first["pending"] == ["seed0/N4_g1@3", "seed1/N4_g0@1", "seed1/N4_g0@3", "seed1/N4_g1@1", "seed1/N4_g1@3"]
+    step = torch.load(out / "seed0" / "N4_g1" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
+    assert step == 2  # the interrupted arm kept its checkpoint mid-way between milestones
+    before = {_key(r): r for r in csv.DictReader((out / "seed0" / "maze_sweep.csv").open())}
+    assert sorted(before) == [(0, 4, 0.0, 1), (0, 4, 0.0, 3), (0, 4, 1.0, 1)]
+
+    # 2) The same command again finishes: 1 step of the interrupted arm + 2 x 3 of seed 1, nothing recomputed.
+    # (As if the first run had died between saving seed 0's warm start and evaluating it: only the evaluation reruns.)
+    (out / "seed0" / "base.json").unlink()
+    weights = out / "seed0" / "warm_start" / "model.safetensors"
+    saved_at = weights.stat().st_mtime_ns
+    assert main(["--config", str(config), "--out_dir", str(out)]) == 0
+    assert weights.stat().st_mtime_ns == saved_at  # the warm start was loaded, not trained again
+    second = _status(out)
+    assert second["complete"] and second["steps_trained_last_run"] == 1 + 6 and second["invocations"] == 2
+    after = {_key(r): r for r in csv.DictReader((out / "seed0" / "maze_sweep.csv").open())}
+    for key, row in before.items():
+        assert after[key] == row, key  # finished rows untouched (same timings, same invocation)
+    merged = list(csv.DictReader((out / "maze_sweep.csv").open()))
+    assert len(merged) == 2 * 2 * 2  # seeds x arms x milestones
+    assert {int(float(r["invocation"])) for r in merged if int(r["seed"]) == 1} == {2}
+    for row in merged:
+        assert 0.0 <= float(row["pass_at_1"]) <= float(row["pass_at_8"]) <= 1.0
+        assert math.isfinite(float(row["dnll_rare"]))
+    seed_rows = [r for r in merged if int(r["seed"]) == 0]
+    assert len({r["start_val_pass_at_1"] for r in seed_rows}) == 1  # every arm of a seed starts from one warm start
+    assert len({r["base_pass_at_8"] for r in merged}) == 2  # each seed has its own warm start
+    assert (out / "maze_sweep.png").exists()
+
+    # 3) Interrupted + resumed equals uninterrupted (seed 0 alone, from its saved warm start).
+    ref = run_maze_sweep(
+        **TINY | {"seeds": [0], "init_from": str(out / "seed0" / "warm_start")}, out_dir=str(tmp_path / "ref")
+    )
+    for row in ref:
+        for column in RESULT[:4]:
+            assert float(after[_key(row)][column]) == pytest.approx(float(row[column]), abs=1e-6), (_key(row), column)
+
+
+def test_bad_settings_exit_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "sweep")
+    common = ["--out_dir", out, "--tracking_uri", "none", "--maze_rows", "2", "--maze_cols", "3"]
+    assert main([*common, "--arms", "[8-0.5]"]) == 2
+    assert "--arms" in capsys.readouterr().err
+    assert main([*common, "--ks", "[1, 512]", "--eval_samples", "256"]) == 2
+    assert "--ks" in capsys.readouterr().err
+    assert main([*common, "--step_budget", "0"]) == EXIT_INCOMPLETE  # writes the settings, trains nothing
+    assert main([*common, "--step_budget", "0", "--rl_lr", "5e-4"]) == 2  # would mix two settings in one folder
+    assert "--rl_lr" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([*common, "--no_such_flag", "1"])
+    assert exc.value.code == 2
+
+
+def test_combine_merges_csvs(tmp_path: Path) -> None:
+    fixture = Path(__file__).parent / "fixtures" / "evidence_tiny.csv"
+    assert main(["combine", "--csvs", f"[{fixture}, {fixture}]", "--out_dir", str(tmp_path), "--ks", "[1, 8]"]) == 0
+    assert len(list(csv.DictReader((tmp_path / "maze_sweep.csv").open()))) == 2 * 40
 
 
 def _token_ids(tokenizer: Any, tokens: list[str]) -> list[int]:

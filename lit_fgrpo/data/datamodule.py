@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from lit_fgrpo.data.records import (
+    NonStringAnswers,
     PromptRecord,
     SourceExample,
     TooLongPolicy,
@@ -23,6 +24,7 @@ from lit_fgrpo.data.records import (
 )
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.batching import per_rank_share
+from lit_fgrpo.errors import DataError
 from lit_fgrpo.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
 from lit_fgrpo.tasks.maze import MazeConfig
 
@@ -84,6 +86,8 @@ class PromptDataModule(L.LightningDataModule):
         val_size: Held-out validation rows when ``val_path`` is unset, or reasoning-gym validation entries (0 = none).
         tokenizer_path: Tokenizer to load with ``AutoTokenizer``; else use ``set_tokenizer`` (the maze source falls
             back to the maze word tokenizer).
+        non_string_answers: An answer that is a number or a list: ``error`` (file and row named) or ``str``
+            (converted with ``str()``, counted and logged) (jsonl, parquet, disk).
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class PromptDataModule(L.LightningDataModule):
         num_workers: int = 0,
         val_size: int = 64,
         tokenizer_path: str | None = None,
+        non_string_answers: NonStringAnswers = "error",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -126,19 +131,25 @@ class PromptDataModule(L.LightningDataModule):
         self.max_prompt_length, self.too_long = max_prompt_length, too_long
         self.seed, self.num_workers, self.val_size = seed, num_workers, val_size
         self.tokenizer_path = tokenizer_path
+        self.non_string_answers: NonStringAnswers = non_string_answers
         self._validate_args()
         self.tokenizer: Any = None
         self.splits: dict[str, list[PromptRecord]] = {}
         """Rendered records per split (``train``, ``val``, ``test``), filled by :meth:`setup`."""
         self._train_stream: PromptStream | None = None
         self._pending_state: dict[str, Any] | None = None
+        self._drawn_prompts = 0  # this rank's cursor of draw_prompts (dynamic sampling), in records
 
     def _validate_args(self) -> None:
-        def fail(flag: str, problem: str) -> ValueError:
-            return ValueError(f"PromptDataModule.{flag} {problem}")
+        def fail(flag: str, problem: str) -> DataError:
+            return DataError(f"PromptDataModule.{flag} {problem}")
 
         if self.source not in get_args(Source):
             raise fail("source", f"must be one of {get_args(Source)}, got {self.source!r}")
+        if self.non_string_answers not in get_args(NonStringAnswers):
+            raise fail(
+                "non_string_answers", f"must be one of {get_args(NonStringAnswers)}, got {self.non_string_answers!r}"
+            )
         if self.too_long not in get_args(TooLongPolicy):
             raise fail("too_long", f"must be one of {get_args(TooLongPolicy)}, got {self.too_long!r}")
         for flag in ("prompts_per_step", "val_batch_size", "max_prompt_length", "dataset_size", "num_train"):
@@ -187,17 +198,18 @@ class PromptDataModule(L.LightningDataModule):
 
             self.tokenizer = build_word_tokenizer(MAZE_VOCAB)
         if self.tokenizer is None:
-            raise ValueError("PromptDataModule needs a tokenizer: set tokenizer_path or call set_tokenizer()")
+            raise DataError("PromptDataModule needs a tokenizer: set tokenizer_path or call set_tokenizer()")
         return self.tokenizer
 
     def _read(self, path: str) -> list[SourceExample]:
         required = (self.answer_field,)
+        rule = self.non_string_answers
         if self.source == "jsonl":
-            examples = read_jsonl(path, self.prompt_field, required)
+            examples = read_jsonl(path, self.prompt_field, required, non_string_answers=rule)
         elif self.source == "parquet":
-            examples = read_parquet(path, self.prompt_field, required)
+            examples = read_parquet(path, self.prompt_field, required, non_string_answers=rule)
         else:
-            examples = read_disk_dataset(path, "train", self.prompt_field, required)
+            examples = read_disk_dataset(path, "train", self.prompt_field, required, non_string_answers=rule)
         if self.answer_field != "answer":
             for example in examples:
                 example.columns["answer"] = example.columns[self.answer_field]
@@ -216,7 +228,7 @@ class PromptDataModule(L.LightningDataModule):
             splits["val"] = self._read(self.val_path)
         elif self.val_size:
             if self.val_size >= len(splits["train"]):
-                raise ValueError(
+                raise DataError(
                     f"PromptDataModule.val_size={self.val_size} leaves no training rows of {len(splits['train'])}"
                 )
             held_out = set(torch.randperm(len(splits["train"]), generator=torch.Generator().manual_seed(self.seed))
@@ -296,14 +308,38 @@ class PromptDataModule(L.LightningDataModule):
         """Records hold no tensors: the batch stays as it is."""
         return batch
 
+    def draw_prompts(self, count: int) -> list[PromptRecord]:
+        """The next ``count`` training prompts of this rank, for dynamic sampling; they are consumed.
+
+        A cursor of its own walks this rank's share of the training sequence (the same reshuffled epochs as the
+        batches) and advances by every prompt drawn, kept or discarded; it is saved in :meth:`state_dict`, so a
+        resumed run draws the next undrawn prompt. With dynamic sampling the records of the loader's batches are
+        not trained on (the batches only pace the steps): every trained prompt comes from here.
+        """
+        if count < 0:
+            raise ValueError(f"PromptDataModule.draw_prompts: count must be >= 0, got {count}")
+        if self._train_stream is None:
+            self.train_dataloader()
+        assert self._train_stream is not None
+        records = self._train_stream.records_at(self._drawn_prompts, count)
+        self._drawn_prompts += count
+        return records
+
+    @property
+    def drawn_prompts(self) -> int:
+        """Prompts this rank has taken through :meth:`draw_prompts` (the dynamic-sampling data position)."""
+        return self._drawn_prompts
+
     def state_dict(self) -> dict[str, Any]:
-        """The training stream's resume point (epoch, position, next batch)."""
+        """The training stream's resume point (epoch, position, next batch) and the draw cursor."""
+        state: dict[str, Any] = {"drawn_prompts": self._drawn_prompts} if self._drawn_prompts else {}
         if self._train_stream is not None:
-            return {"train_stream": self._train_stream.state_dict()}
-        return {"train_stream": self._pending_state} if self._pending_state is not None else {}
+            return state | {"train_stream": self._train_stream.state_dict()}
+        return state | ({"train_stream": self._pending_state} if self._pending_state is not None else {})
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume the training stream where the checkpoint left it."""
+        """Resume the training stream (and the draw cursor) where the checkpoint left it."""
+        self._drawn_prompts = int(state_dict.get("drawn_prompts", 0))
         self._pending_state = state_dict.get("train_stream")
         if self._pending_state is not None and self._train_stream is not None:
             self._train_stream.load_state_dict(self._pending_state)

@@ -28,6 +28,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from lit_fgrpo.data.records import PromptRecord
+from lit_fgrpo.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,23 @@ class PromptStream(IterableDataset):
         """Global positions of batch ``batch_index`` of this rank (``batch[rank::world_size]`` of the global batch)."""
         first = batch_index * self.batch_size
         if self.infinite:
-            return [k * self.world_size + self.rank for k in range(first, first + self.batch_size)]
+            return self.sequence_positions(first, self.batch_size)
         shard = range(self.rank, len(self.records), self.world_size)
         return list(shard[first : first + self.batch_size])
+
+    def sequence_positions(self, first: int, count: int) -> list[int]:
+        """Global positions of this rank's records ``first, ..., first + count - 1`` of the infinite sequence."""
+        return [k * self.world_size + self.rank for k in range(first, first + count)]
+
+    def records_at(self, first: int, count: int) -> list[PromptRecord]:
+        """This rank's records ``first .. first + count - 1`` of the infinite sequence (any count; infinite mode).
+
+        The per-rank record index of batch ``b`` is ``b * batch_size``; dynamic sampling reads the sequence with
+        its own cursor through this (see :meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`).
+        """
+        if not self.infinite:
+            raise ValueError("PromptStream.records_at reads the infinite (training) sequence only")
+        return [self._record_at(position) for position in self.sequence_positions(first, count)]
 
     def batch(self, batch_index: int) -> list[PromptRecord]:
         """Batch number ``batch_index`` of this rank (empty past the end in single-pass mode)."""
@@ -160,11 +175,11 @@ class PromptStream(IterableDataset):
         position (at most one batch per rank is skipped) and logs a warning.
 
         Raises:
-            ValueError: If the number of records or the seed differs (the saved position would be meaningless).
+            CheckpointError: If the number of records or the seed differs (the saved position would be meaningless).
         """
         for key, current in (("num_records", len(self.records)), ("seed", self.seed)):
             if state.get(key, current) != current:
-                raise ValueError(f"cannot resume the prompt stream: saved {key}={state[key]}, now {current}")
+                raise CheckpointError(f"cannot resume the prompt stream: saved {key}={state[key]}, now {current}")
         if state.get("batch_size") == self.batch_size and state.get("world_size") == self.world_size:
             self.next_batch = int(state["next_batch"])
             return

@@ -1,4 +1,4 @@
-"""Experiments built from the library's parts: the paper's §6 maze sweep over group size N and focal gamma.
+"""Experiments built from the library's parts: the paper's §6 maze sweep (resumable) and its pre-registered verdict.
 
 Imported lazily, so ``python -m lit_fgrpo.experiments.maze_sweep`` runs without a double import.
 """
@@ -11,6 +11,8 @@ from typing import Any
 _LAZY = {
     "run_maze_sweep": "lit_fgrpo.experiments.maze_sweep",
     "main": "lit_fgrpo.experiments.maze_sweep",
+    "combine_sweeps": "lit_fgrpo.experiments.maze_sweep",
+    "report": "lit_fgrpo.experiments.evidence_report",
     "RarePool": "lit_fgrpo.experiments.rare_pool",
     "build_rare_pool": "lit_fgrpo.experiments.rare_pool",
     "sample_correct_trajectories": "lit_fgrpo.experiments.rare_pool",

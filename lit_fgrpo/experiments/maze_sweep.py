@@ -1,37 +1,65 @@
-"""The paper's §6 maze sweep on a CPU scale: one shared warm start, then GRPO / F-GRPO arms over (N, gamma).
+"""The paper's §6 maze sweep: per seed one warm start, then GRPO / F-GRPO arms over (N, gamma), resumable.
 
-Every arm starts from the same warm-started weights and trains with the real Lightning ``Trainer`` +
-:class:`~lit_fgrpo.module.FGRPOModule` + :class:`~lit_fgrpo.callbacks.RolloutCallback` (HF engine) for the same
-number of RL steps on the same prompt stream. Each arm reports held-out test pass@k and ΔNLL_rare on one shared
-pool of base-policy correct trajectories (App. M.2). Results go to ``out_dir/maze_sweep.csv`` (rewritten after
-every arm), ``out_dir/maze_sweep.png`` and MLflow (one run per arm).
+Every arm of a seed starts from that seed's warm-started weights and trains with the real Lightning ``Trainer`` +
+:class:`~lit_fgrpo.module.FGRPOModule` + :class:`~lit_fgrpo.callbacks.RolloutCallback` (HF engine) on the same
+prompt stream and sampling seeds. After each milestone (``milestones`` and ``rl_steps``) it reports held-out test
+pass@k and ΔNLL_rare on one pool of base-policy correct trajectories (App. M.2).
 
-    lit-fgrpo maze-sweep --group-sizes 4 8 16 32 --gammas 0 0.5 1 --rl-steps 100 --out-dir outputs/maze_sweep
+Output directory, kept between runs (rerun the same command to continue; finished arms are skipped, an
+interrupted arm resumes from its ``last.ckpt``)::
+
+    out_dir/sweep_config.json             settings that must not change between runs (checked)
+    out_dir/sweep_status.json             invocations so far, complete or not, pending (seed, arm, step) units
+    out_dir/seed{s}/warm_start/           warm-start weights; base.json: warm-start test pass@k
+    out_dir/seed{s}/N{N}_g{gamma}/        the arm's last.ckpt
+    out_dir/seed{s}/maze_sweep.csv        one row per finished (arm, milestone) of seed s
+    out_dir/maze_sweep.csv, .png          all seeds merged; -log pass@k against N
+
+    lit-fgrpo maze-sweep --config configs/experiments/maze_evidence_cpu.yaml
+    lit-fgrpo maze-sweep --seeds [0,1] --arms '[8:0, 8:0.5]' --rl_steps 100 --out_dir outputs/maze_sweep
+
+Exit status 0 when every unit is done, 75 when a step or time budget stopped it (rerun to continue), 2 on bad input.
 """
 
 from __future__ import annotations
 
-import argparse
-import copy
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 
-from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
-from lit_fgrpo.data.datamodule import PromptDataModule
-from lit_fgrpo.experiments.rare_pool import RarePool, build_rare_pool
-from lit_fgrpo.experiments.sweep_report import combine, log_arm, make_mlflow_logger, plot_neg_log_pass, write_csv
+from lit_fgrpo.experiments.rare_pool import build_rare_pool
+from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
+from lit_fgrpo.experiments.sweep_report import (
+    combine,
+    log_arm,
+    make_mlflow_logger,
+    plot_neg_log_pass,
+    read_csv,
+    write_csv,
+)
+from lit_fgrpo.experiments.sweep_state import (
+    Budget,
+    add_seconds,
+    check_or_write_config,
+    pending_units,
+    read_json,
+    write_json,
+)
 from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits
+from lit_fgrpo.progress import progress
+from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
+from lit_fgrpo.tasks.maze import maze_prompt_tokens
 
 log = logging.getLogger(__name__)
+
+EXIT_INCOMPLETE = 75
+"""Exit status of a run stopped by its budget (EX_TEMPFAIL): rerun the same command to continue."""
 
 DEFAULT_MODEL_CONFIG: dict[str, Any] = {
     "model_type": "llama",
@@ -47,24 +75,29 @@ DEFAULT_MODEL_CONFIG: dict[str, Any] = {
 
 
 def run_maze_sweep(
+    seeds: Sequence[int] = (0,),
     group_sizes: Sequence[int] = (4, 8, 16, 32),
     gammas: Sequence[float] = (0.0, 0.5, 1.0),
+    arms: Sequence[str] | None = None,
     rl_steps: int = 100,
+    milestones: Sequence[int] = (),
     prompts_per_step: int = 16,
     warm_start_steps: int = 450,
     eval_samples: int = 256,
     ks: Sequence[int] = (1, 8, 64, 256),
-    seed: int = 0,
-    out_dir: str | Path = "outputs/maze_sweep",
+    out_dir: str = "outputs/maze_sweep",
     maze_rows: int = 4,
     maze_cols: int = 4,
+    maze_seed: int | None = None,
     num_threads: int = 1,
     num_train: int = 20000,
     num_val: int = 64,
     num_test: int = 64,
     warm_start_batch: int = 64,
     warm_start_lr: float = 1e-3,
+    warm_start_schedule: Literal["constant", "cosine"] = "constant",
     rl_lr: float = 1e-4,
+    micro_batch_rows: int = 128,
     val_samples: int = 16,
     dnll_prompts: int = 128,
     dnll_samples: int = 64,
@@ -73,109 +106,233 @@ def run_maze_sweep(
     tracking_uri: str | None = "sqlite:///mlflow.db",
     experiment: str = "maze_sweep",
     eval_chunk: int = 512,
-    init_from: str | Path | None = None,
+    init_from: str | None = None,
+    ckpt_every: int = 20,
+    step_budget: int | None = None,
+    time_budget_s: float | None = None,
+    accelerator: str = "cpu",
 ) -> list[dict[str, Any]]:
-    """Warm-start once, train every (N, gamma) arm for ``rl_steps`` and evaluate it.
+    """Warm-start each seed once, train every arm to each milestone, evaluate; resume whatever is unfinished.
 
     Args:
-        group_sizes: Group sizes N (completions per prompt).
-        gammas: Focal exponents (0 = GRPO).
+        seeds: Seeds; seed s sets model init, warm start, training mazes and prompt order, and sampling.
+        group_sizes: Group sizes N of the (N x gamma) grid (ignored when ``arms`` is set).
+        gammas: Focal exponents of the grid (0 = GRPO).
+        arms: Explicit arms as ``"N:gamma"`` strings, e.g. ``["8:0", "8:0.5", "32:0"]``.
         rl_steps: RL steps (one optimizer step each) per arm.
-        prompts_per_step: Prompts per RL step (the same stream for every arm).
-        warm_start_steps: Supervised warm-start steps (shared by all arms).
+        milestones: Extra step counts below ``rl_steps`` at which each arm is also evaluated.
+        prompts_per_step: Prompts per RL step.
+        warm_start_steps: Supervised warm-start steps.
         eval_samples: Test samples per maze for pass@k (>= every k).
         ks: The k values of test pass@k.
-        seed: Seed of mazes, model init, warm start, prompt order and sampling.
-        out_dir: Output folder (CSV, PNG, warm-start weights).
+        out_dir: Output folder, kept between runs.
         maze_rows: Maze cell rows.
         maze_cols: Maze cell columns.
+        maze_seed: Seed of a test set shared by all seeds (None: each seed's own held-out test split).
         num_threads: ``torch.set_num_threads`` for the run.
         num_train: Training mazes.
-        num_val: Validation mazes (pre-RL check that all arms start equal).
+        num_val: Validation mazes (pre-RL check that all arms of a seed start equal).
         num_test: Held-out test mazes.
         warm_start_batch: Warm-start batch size.
         warm_start_lr: Warm-start learning rate.
+        warm_start_schedule: Warm-start learning-rate schedule (the paper's SFT uses cosine).
         rl_lr: RL learning rate.
+        micro_batch_rows: Rollout rows per backward pass (memory only; the step is the same).
         val_samples: Samples per validation maze for the pre-RL check.
         dnll_prompts: Training mazes sampled for the ΔNLL_rare pool.
         dnll_samples: Base-policy samples per such maze.
         dnll_top_fraction: Fraction of the correct pool counted as rare (paper: 0.01).
         model_config: HF config dict of the policy (default: :data:`DEFAULT_MODEL_CONFIG`).
-        tracking_uri: MLflow tracking URI (None = no MLflow).
+        tracking_uri: MLflow tracking URI (None or "none" = no MLflow).
         experiment: MLflow experiment name.
         eval_chunk: Rows per ``generate`` call in evaluation.
-        init_from: A ``warm_start`` folder saved by an earlier sweep with the same seed and model: load it instead
-            of warm-starting again (so arms split across processes still share one warm start).
+        init_from: A saved ``warm_start`` folder to load instead of warm-starting (only with a single seed).
+        ckpt_every: Write an arm's ``last.ckpt`` every this many RL steps.
+        step_budget: Stop after training this many RL steps in this run (None = no limit); rerun to continue.
+        time_budget_s: Start no new work after this many seconds; training stops at the deadline (an evaluation
+            already started still finishes). None = no limit.
+        accelerator: ``cpu`` or ``gpu``.
 
     Returns:
-        One dict per arm (also written to ``out_dir/maze_sweep.csv``).
+        Every finished row in ``out_dir`` (this run's and earlier runs'), one per (seed, arm, milestone).
     """
-    if any(k > eval_samples for k in ks):
-        raise ValueError(f"every k in {list(ks)} must be <= eval_samples={eval_samples}")
+    settings = dict(locals())
+    arm_list = [Arm.parse(a) for a in arms] if arms else [Arm(n, float(g)) for n in group_sizes for g in gammas]
+    steps = sorted({*milestones, rl_steps})
+    _check_settings(settings, arm_list, steps)
     torch.set_num_threads(num_threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_or_write_config(out, settings)
+    status = read_json(out / "sweep_status.json")
+    invocation = int(status.get("invocations", 0)) + 1
+    write_json(out / "sweep_status.json", status | {"invocations": invocation})
+    budget = Budget(step_budget, time_budget_s)
+    uri = None if tracking_uri is None or tracking_uri.lower() == "none" else tracking_uri
     config = model_config or DEFAULT_MODEL_CONFIG
-    val_ks = sorted({k for k in ks if k <= val_samples} | {1})
+    maze_config = MazeConfig(maze_rows, maze_cols)
+    device = torch.device("cuda" if accelerator in ("gpu", "cuda") else "cpu")
+    left: list[str] = []
+
+    def seed_rows(seed: int) -> list[dict[str, Any]]:
+        path = out / f"seed{seed}" / "maze_sweep.csv"
+        return read_csv(path) if path.exists() else []
+
+    # One status line (or bar on a terminal) per finished seed: a sweep runs for hours.
+    total_units = sum(len(pending_units(seed_rows(seed), arm_list, steps)) for seed in seeds)
+    with progress("maze sweep", total=len(seeds), unit="seed") as bar:
+        for seed in seeds:
+            seed_dir = out / f"seed{seed}"
+            rows = seed_rows(seed)
+            todo = pending_units(rows, arm_list, steps)
+            if todo and not budget.spent():
+                rows = _run_seed(
+                    seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation
+                )
+            pending = pending_units(rows, arm_list, steps)
+            left += [f"seed{seed}/{arm.name}@{m}" for arm, m in pending]
+            bar.update(1, units_left=len(left), units_total=total_units)
+    write_json(out / "sweep_status.json", {"invocations": invocation, "complete": not left, "pending": left,
+                                            "steps_trained_last_run": budget.trained})  # fmt: skip
+    # Every seed folder, also those of another process working on other seeds of this directory.
+    all_rows = [row for path in sorted(out.glob("seed*/maze_sweep.csv")) for row in read_csv(path)]
+    if all_rows:
+        write_csv(all_rows, out / "maze_sweep.csv")
+        final = [r for r in all_rows if int(r["rl_steps"]) == rl_steps]
+        if final:
+            plot_neg_log_pass(final, ks, out / "maze_sweep.png")
+    log.info("%s: %d rows, %d units pending", out, len(all_rows), len(left))
+    return all_rows
+
+
+def _run_seed(
+    seed: int,
+    seed_dir: Path,
+    todo: list[tuple[Arm, int]],
+    rows: list[dict[str, Any]],
+    s: dict[str, Any],
+    config: dict[str, Any],
+    maze_config: MazeConfig,
+    device: torch.device,
+    budget: Budget,
+    uri: str | None,
+    invocation: int,
+) -> list[dict[str, Any]]:
+    """Warm start (or reload) seed ``seed``, then train and evaluate its pending (arm, milestone) units in order."""
+    val_ks = sorted({k for k in s["ks"] if k <= s["val_samples"]} | {1})
     data_args: dict[str, Any] = dict(
-        source="maze", maze_rows=maze_rows, maze_cols=maze_cols, num_train=num_train, num_val=num_val,
-        num_test=num_test, prompts_per_step=prompts_per_step, val_batch_size=64, seed=seed, val_size=num_val,
-        tokenizer_path="builtin:maze",
+        source="maze", maze_rows=s["maze_rows"], maze_cols=s["maze_cols"], num_train=s["num_train"],
+        num_val=s["num_val"], num_test=s["num_test"], prompts_per_step=s["prompts_per_step"], val_batch_size=64,
+        seed=seed, val_size=s["num_val"], tokenizer_path="builtin:maze",
     )  # fmt: skip
     module_args: dict[str, Any] = dict(
-        model_config=config, tokenizer="builtin:maze", lr=rl_lr, max_grad_norm=1.0, temperature=1.0,
-        micro_batch_rows=128, val_pass_at_k=val_ks, seed=seed,
+        model_config=config, tokenizer="builtin:maze", lr=s["rl_lr"], max_grad_norm=1.0, temperature=1.0,
+        micro_batch_rows=s["micro_batch_rows"], val_pass_at_k=val_ks, seed=seed,
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
-    datamodule = PromptDataModule(**data_args)
-    datamodule.setup("fit")
-    mazes = make_maze_splits(MazeConfig(maze_rows, maze_cols), num_train, num_val, num_test, seed)
-
-    start = time.perf_counter()
+    splits = make_maze_splits(maze_config, s["num_train"], s["num_val"], s["num_test"], seed)
+    test = splits["test"]
+    if s["maze_seed"] is not None:  # one test set for every seed; count any overlap with this seed's training pool
+        test = make_maze_splits(maze_config, 0, 0, s["num_test"], s["maze_seed"])["test"]
+    train_keys = {" ".join(maze_prompt_tokens(m)) for m in splits["train"]}
+    overlap = sum(" ".join(maze_prompt_tokens(m)) in train_keys for m in test)
     base = FGRPOModule(gamma=0.0, **module_args)
-    trainer_stub = SimpleNamespace(ckpt_path=None, datamodule=datamodule, logger=None)
-    if init_from is None:
-        WarmStartCallback(warm_start_steps, warm_start_batch, warm_start_lr).on_fit_start(trainer_stub, base)  # type: ignore[arg-type]
-        base.save_pretrained(out / "warm_start")
-    else:
-        missing, unexpected = base.policy.load_state_dict(_load_weights(Path(init_from)), strict=False)
-        if unexpected or any(key != "lm_head.weight" for key in missing):  # lm_head is tied, not saved
-            raise ValueError(f"{init_from} does not match the model: missing {missing}, unexpected {unexpected}")
-    base_state = copy.deepcopy(base.policy.state_dict())
-    warm_seconds = time.perf_counter() - start
+    policy: Any = base.policy.to(device)
     tokenizer = base.tokenizer
-    policy: Any = base.policy
-    torch.manual_seed(seed + 1)
-    base_eval = evaluate_pass_at_k(policy, tokenizer, mazes["test"], eval_samples, ks, chunk=eval_chunk)
+    base_info = _warm_start(seed, seed_dir, base, splits["train"], test, s)
     torch.manual_seed(seed + 2)
-    pool = build_rare_pool(base.policy, tokenizer, mazes["train"][:dnll_prompts], dnll_samples, eval_chunk)
-    log.info("warm start %.0fs, test %s, rare pool %d of %d", warm_seconds, base_eval, len(pool), pool.num_sampled)
-
+    pool = build_rare_pool(policy, tokenizer, splits["train"][: s["dnll_prompts"]], s["dnll_samples"], s["eval_chunk"])
+    base_state = {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()}
     shared = {
-        "seed": seed, "rl_steps": rl_steps, "prompts_per_step": prompts_per_step, "lr": rl_lr,
-        "warm_start_steps": warm_start_steps, "num_test": num_test, "eval_samples": eval_samples,
-        "warm_start_seconds": round(warm_seconds, 1), "dnll_pool_size": len(pool),
-        "dnll_pool_sampled": pool.num_sampled, "dnll_top_fraction": dnll_top_fraction,
-    } | {f"base_{k}": v for k, v in base_eval.items()}  # fmt: skip
-    rows: list[dict[str, Any]] = []
-    for group_size in group_sizes:
-        for gamma in gammas:
-            arm = _run_arm(
-                group_size, float(gamma), base_state, module_args, data_args, datamodule, rl_steps, val_samples,
-                seed, maze_rows * maze_cols + 1, make_mlflow_logger(tracking_uri, experiment, f"N{group_size}_g{gamma:g}_s{seed}"),
+        "seed": seed, "prompts_per_step": s["prompts_per_step"], "lr": s["rl_lr"],
+        "warm_start_steps": s["warm_start_steps"], "num_test": s["num_test"], "eval_samples": s["eval_samples"],
+        "maze_rows": s["maze_rows"], "maze_cols": s["maze_cols"], "test_train_overlap": overlap,
+        "dnll_pool_size": len(pool), "dnll_pool_sampled": pool.num_sampled, "dnll_top_fraction": s["dnll_top_fraction"],
+    } | base_info  # fmt: skip
+    max_tokens = s["maze_rows"] * s["maze_cols"] + 1
+    for arm in dict.fromkeys(a for a, _ in todo):
+        folder = seed_dir / arm.name
+        logger = make_mlflow_logger(uri, s["experiment"], f"{arm.name}_s{seed}")
+        for milestone in [m for a, m in todo if a == arm]:
+            if budget.spent():
+                return rows
+            before = checkpoint_step(folder)
+            if before > milestone:
+                raise ValueError(f"{folder}/last.ckpt is at step {before}, past the unevaluated milestone {milestone}")
+            left = budget.steps
+            target = milestone if left is None else min(milestone, before + left)
+            run = train_arm(
+                folder, arm, base_state, module_args, data_args, target, s["val_samples"], seed, max_tokens,
+                s["ckpt_every"], s["accelerator"], budget.seconds_left(), logger,
             )  # fmt: skip
-            row = {"group_size": group_size, "gamma": float(gamma)} | arm.pop("start")
+            budget.trained += run.trained
+            seconds = add_seconds(folder, run.seconds)
+            if run.step < milestone:
+                return rows
             t0 = time.perf_counter()
-            torch.manual_seed(seed + 1)
-            row |= evaluate_pass_at_k(arm["policy"], tokenizer, mazes["test"], eval_samples, ks, chunk=eval_chunk)
-            row["dnll_rare"], row["dnll_mean"] = pool.delta(arm["policy"], dnll_top_fraction)
-            row |= {"rl_seconds": arm["rl_seconds"], "eval_seconds": round(time.perf_counter() - t0, 1)} | shared
-            log_arm(arm["logger"], shared | {"group_size": group_size, "gamma": gamma}, row, rl_steps)
+            arm_policy: Any = run.policy.to(device)
+            torch.manual_seed(seed + 1)  # every arm and the warm start sampled with the same stream
+            row: dict[str, Any] = {"group_size": arm.group_size, "gamma": arm.gamma, "rl_steps": milestone}
+            row |= {f"start_val_{k}": v for k, v in run.start_pass_at_k.items()}
+            row |= evaluate_pass_at_k(arm_policy, tokenizer, test, s["eval_samples"], s["ks"], chunk=s["eval_chunk"])
+            row["dnll_rare"], row["dnll_mean"] = pool.delta(arm_policy, s["dnll_top_fraction"])
+            row |= {"rl_seconds": round(seconds, 1), "eval_seconds": round(time.perf_counter() - t0, 1)}
+            row |= shared | {"invocation": invocation}
+            if milestone == max(m for m in [*s["milestones"], s["rl_steps"]]):
+                log_arm(logger, shared | {"group_size": arm.group_size, "gamma": arm.gamma}, row, milestone)
             rows.append(row)
-            write_csv(rows, out / "maze_sweep.csv")
-            log.info("arm N=%d gamma=%g: %s", group_size, gamma, row)
-    plot_neg_log_pass(rows, ks, out / "maze_sweep.png")
+            write_csv(rows, seed_dir / "maze_sweep.csv")
+            log.info("seed %d arm %s step %d: %s", seed, arm.name, milestone, row)
     return rows
+
+
+def _warm_start(
+    seed: int, seed_dir: Path, base: FGRPOModule, train: Sequence[Any], test: Sequence[Any], s: dict[str, Any]
+) -> dict[str, Any]:  # fmt: skip
+    """Warm-start ``base`` (or reload it from ``seed_dir``) and return its test pass@k as ``base_*`` columns.
+
+    The weights are saved before the evaluation, so a run stopped between the two only repeats the evaluation.
+    """
+    folder, info_path, seconds_path = seed_dir / "warm_start", seed_dir / "base.json", seed_dir / "warm_start.json"
+    policy: Any = base.policy
+    if s["init_from"] or folder.exists():
+        source = Path(s["init_from"]) if s["init_from"] else folder
+        missing, unexpected = policy.load_state_dict(_load_weights(source), strict=False)
+        if unexpected or any(key != "lm_head.weight" for key in missing):  # lm_head is tied, not saved
+            raise ValueError(f"{source} does not match the model: missing {missing}, unexpected {unexpected}")
+    else:
+        start = time.perf_counter()
+        warm_start(policy, base.tokenizer, train, s["warm_start_steps"], s["warm_start_batch"],
+                   s["warm_start_lr"], seed=seed, schedule=s["warm_start_schedule"])  # fmt: skip
+        partial = seed_dir / "warm_start.partial"
+        base.save_pretrained(partial)
+        partial.rename(folder)  # atomic: a kill mid-save leaves no half-written warm_start/
+        write_json(seconds_path, {"seconds": round(time.perf_counter() - start, 1)})
+    if info_path.exists():
+        return read_json(info_path)
+    torch.manual_seed(seed + 1)
+    metrics = evaluate_pass_at_k(policy, base.tokenizer, test, s["eval_samples"], s["ks"], chunk=s["eval_chunk"])
+    seconds = float(read_json(seconds_path).get("seconds", float("nan")))
+    info = {f"base_{k}": v for k, v in metrics.items()} | {"warm_start_seconds": seconds}
+    write_json(info_path, info)
+    log.info("seed %d warm start %.0f s, test %s", seed, seconds, metrics)
+    return info
+
+
+def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> None:
+    """Reject bad settings up front, naming the flag."""
+    if any(k > s["eval_samples"] for k in s["ks"]):
+        raise ValueError(f"--ks: every k in {list(s['ks'])} must be <= --eval_samples={s['eval_samples']}")
+    if not arms or not s["seeds"]:
+        raise ValueError("--arms (or --group_sizes x --gammas) and --seeds must not be empty")
+    if steps[0] < 1:
+        raise ValueError(f"--rl_steps and --milestones must be >= 1, got {steps}")
+    if any(m > s["rl_steps"] for m in s["milestones"]):
+        raise ValueError(f"--milestones {list(s['milestones'])} must not exceed --rl_steps={s['rl_steps']}")
+    if s["init_from"] and len(s["seeds"]) > 1:
+        raise ValueError("--init_from loads one seed's warm start; give a single --seeds value with it")
+    if s["ckpt_every"] < 1:
+        raise ValueError(f"--ckpt_every must be >= 1, got {s['ckpt_every']}")
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -190,102 +347,53 @@ def _load_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def _run_arm(
-    group_size: int,
-    gamma: float,
-    base_state: dict[str, torch.Tensor],
-    module_args: dict[str, Any],
-    data_args: dict[str, Any],
-    shared_data: PromptDataModule,
-    rl_steps: int,
-    val_samples: int,
-    seed: int,
-    max_tokens: int,
-    logger: Any,
-) -> dict[str, Any]:
-    """Train one arm from the warm-start weights with the Lightning Trainer; returns its policy and timings."""
-    module = FGRPOModule(gamma=gamma, **module_args)
-    module.policy.load_state_dict(base_state)
-    datamodule = PromptDataModule(**data_args)
-    datamodule.splits = shared_data.splits  # same rendered records; setup() keeps them
-    done_id = int(module.tokenizer.convert_tokens_to_ids("DONE"))
-    sampling = SamplingConfig(n=group_size, temperature=1.0, max_tokens=max_tokens, stop_token_ids=[done_id])
-    rollout = RolloutCallback(
-        engine="hf", sampling=sampling, val_samples=val_samples, reward_funcs=["maze"], log_samples_every=0, seed=seed
-    )
-    trainer = L.Trainer(
-        accelerator="cpu", devices=1, max_steps=rl_steps, limit_val_batches=0, num_sanity_val_steps=0,
-        logger=logger if logger is not None else False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, log_every_n_steps=10, callbacks=[rollout],
-    )  # fmt: skip
-    L.seed_everything(seed, verbose=False)
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule)
-    start_metrics = {f"start_val_{k}": v for k, v in rollout.start_pass_at_k.items()}
-    return {
-        "policy": module.policy,
-        "start": start_metrics,
-        "rl_seconds": round(time.perf_counter() - start, 1),
-        "logger": logger,
-    }
+def combine_sweeps(csvs: list[str], out_dir: str, ks: list[int] | None = None) -> int:
+    """Merge sweep CSVs (e.g. from separate processes) into ``out_dir/maze_sweep.csv`` and redraw the figure.
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """Flags of ``lit-fgrpo maze-sweep`` (one per argument of :func:`run_maze_sweep`, plus ``--seeds``)."""
-    p = argparse.ArgumentParser(prog="lit-fgrpo maze-sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("--group-sizes", type=int, nargs="+", default=[4, 8, 16, 32])
-    p.add_argument("--gammas", type=float, nargs="+", default=[0.0, 0.5, 1.0])
-    p.add_argument("--rl-steps", type=int, default=100)
-    p.add_argument("--prompts-per-step", type=int, default=16)
-    p.add_argument("--warm-start-steps", type=int, default=450)
-    p.add_argument("--warm-start-batch", type=int, default=64)
-    p.add_argument("--warm-start-lr", type=float, default=1e-3)
-    p.add_argument("--rl-lr", type=float, default=1e-4)
-    p.add_argument("--eval-samples", type=int, default=256)
-    p.add_argument("--ks", type=int, nargs="+", default=[1, 8, 64, 256])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="one sweep (own warm start) per seed")
-    p.add_argument("--out-dir", default="outputs/maze_sweep")
-    p.add_argument("--maze-rows", type=int, default=4)
-    p.add_argument("--maze-cols", type=int, default=4)
-    p.add_argument("--num-threads", type=int, default=1)
-    p.add_argument("--num-train", type=int, default=20000)
-    p.add_argument("--num-val", type=int, default=64)
-    p.add_argument("--num-test", type=int, default=64)
-    p.add_argument("--val-samples", type=int, default=16)
-    p.add_argument("--dnll-prompts", type=int, default=128)
-    p.add_argument("--dnll-samples", type=int, default=64)
-    p.add_argument("--dnll-top-fraction", type=float, default=0.01)
-    p.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="MLflow URI; 'none' disables MLflow")
-    p.add_argument("--experiment", default="maze_sweep")
-    p.add_argument("--init-from", default=None, help="load this saved warm_start folder instead of warm-starting")
-    p.add_argument("--combine", nargs="+", default=None, help="only merge these sweep CSVs into --out-dir")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``lit-fgrpo maze-sweep``: run the sweep for each seed and write the combined CSV/PNG."""
-    args = vars(build_parser().parse_args(argv))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    seeds = args.pop("seeds")
-    out = Path(args.pop("out_dir"))
-    if args["combine"]:
-        merged = combine(args["combine"], out, args["ks"])
-        print(f"wrote {out / 'maze_sweep.csv'} ({len(merged)} arms)")
-        return 0
-    del args["combine"]
-    if args["tracking_uri"].lower() == "none":
-        args["tracking_uri"] = None
-    rows: list[dict[str, Any]] = []
-    for seed in seeds:
-        rows += run_maze_sweep(seed=seed, out_dir=out / f"seed{seed}" if len(seeds) > 1 else out, **args)
-    if len(seeds) > 1:
-        write_csv(rows, out / "maze_sweep.csv")
-        plot_neg_log_pass(rows, args["ks"], out / "maze_sweep.png")
-    print(f"wrote {out / 'maze_sweep.csv'} ({len(rows)} arms)")
+    Args:
+        csvs: The CSV files to merge.
+        out_dir: Where the merged CSV and PNG go.
+        ks: The k values to plot.
+    """
+    merged = combine(csvs, out_dir, ks or [1, 8, 64, 256])
+    print(f"wrote {Path(out_dir) / 'maze_sweep.csv'} ({len(merged)} rows)")
     return 0
 
 
-__all__ = ["DEFAULT_MODEL_CONFIG", "RarePool", "build_parser", "main", "run_maze_sweep"]
+def build_parser() -> Any:
+    """The ``lit-fgrpo maze-sweep`` parser: one flag per argument of :func:`run_maze_sweep`, plus ``--config``."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="lit-fgrpo maze-sweep", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", action="config", help="a YAML file of these flags (configs/experiments/)")
+    parser.add_function_arguments(run_maze_sweep)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lit-fgrpo maze-sweep [--config FILE] [--flag value ...]`` or ``lit-fgrpo maze-sweep combine --csvs ...``."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if words[:1] == ["combine"]:
+        from jsonargparse import CLI
+
+        return int(CLI(combine_sweeps, args=words[1:], as_positional=False))
+    kwargs = build_parser().parse_args(words).as_dict()  # bad flags: one line, exit status 2
+    kwargs.pop("config", None)
+    try:
+        rows = run_maze_sweep(**kwargs)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"lit-fgrpo maze-sweep: error: {err}", file=sys.stderr)
+        return 2
+    status = read_json(Path(kwargs["out_dir"]) / "sweep_status.json")
+    print(f"{Path(kwargs['out_dir']) / 'maze_sweep.csv'}: {len(rows)} rows, {len(status.get('pending', []))} pending")
+    if not status.get("complete", True):
+        print("stopped by its budget: rerun the same command to continue")
+        return EXIT_INCOMPLETE
+    return 0
+
+
+__all__ = ["DEFAULT_MODEL_CONFIG", "EXIT_INCOMPLETE", "build_parser", "combine_sweeps", "main", "run_maze_sweep"]
 
 
 if __name__ == "__main__":

@@ -11,32 +11,37 @@ from typing import Any
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write the sweep rows (one per arm) as CSV; the header is the union of the keys, in first-seen order."""
+    """Write the sweep rows (one per arm) as CSV, atomically; the header is the union of the keys, in first-seen order."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns: list[str] = []
     for row in rows:
         columns += [key for key in row if key not in columns]
-    with path.open("w", newline="") as handle:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with partial.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
+    partial.replace(path)  # atomic: readers and other processes never see half a table
     return path
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Read a sweep CSV back, with numeric cells as floats (``group_size`` and ``seed`` as ints)."""
+    """Read a sweep CSV back: integer cells as ints, other numeric cells as floats, the rest as strings."""
     rows: list[dict[str, Any]] = []
     with Path(path).open(newline="") as handle:
         for raw in csv.DictReader(handle):
-            row: dict[str, Any] = {}
-            for key, value in raw.items():
-                try:
-                    row[key] = int(value) if key in ("group_size", "seed") else float(value)
-                except (TypeError, ValueError):
-                    row[key] = value
-            rows.append(row)
+            rows.append({key: _number(value) for key, value in raw.items()})
     return rows
+
+
+def _number(value: str | None) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            pass
+    return value
 
 
 def combine(csv_paths: Sequence[str | Path], out_dir: str | Path, ks: Sequence[int]) -> list[dict[str, Any]]:

@@ -3,7 +3,8 @@
 A mini-batch of ``R`` rows is split into micro-batches for memory; each piece's loss is scaled so that the
 gradients sum to the gradient of the whole mini-batch computed as one TRL batch:
 
-* ``grpo`` / ``dr_grpo`` average per sequence, so a piece of ``r`` rows weighs ``share = r / R``;
+* ``grpo`` / ``dr_grpo`` / ``gspo`` average per sequence, so a piece of ``r`` rows weighs ``share = r / R`` (gspo
+  aggregates like TRL's ``grpo``: a mean over sequences, no token divisor);
 * ``dapo`` / ``cispo`` divide by TRL's ``num_items_in_batch`` (active tokens of the generation batch over all
   ranks / ranks / optimizer steps), passed in unchanged, ``share = 1``;
 * ``bnpo`` divides by the mini-batch's own active tokens: it is ``dapo`` with that divisor.
@@ -23,9 +24,11 @@ LOSS_PRESETS: dict[str, tuple[float, float]] = {
     "dr_grpo": (0.2, 0.2),
     "dapo": (0.2, 0.28),
     "cispo": (1.0, 5.0),
+    "gspo": (3e-4, 4e-4),
 }
 """Clip defaults ``(epsilon, epsilon_high)`` per loss type (paper Table 5): GRPO symmetric 0.2, DAPO clip-higher,
-CISPO importance weight in [0, 6]. A loss type without an entry uses GRPO's."""
+CISPO importance weight in [0, 6]; GSPO clips its sequence-level ratio to [1 - 3e-4, 1 + 4e-4] (GSPO paper §5.1, TRL's
+recommended values). A loss type without an entry uses GRPO's."""
 
 
 def clip_range(loss_type: str, epsilon: float | None, epsilon_high: float | None) -> tuple[float, float]:
@@ -63,7 +66,7 @@ def piece_aggregation(
         minibatch_tokens: active completion tokens of the whole mini-batch (the bnpo divisor).
         num_items: :func:`token_divisor` of the generation batch (the dapo/cispo divisor).
     """
-    if loss_type in ("grpo", "dr_grpo"):
+    if loss_type in ("grpo", "dr_grpo", "gspo"):
         return PieceAggregation(loss_type, None, piece_rows / minibatch_rows)
     if loss_type == "bnpo":
         return PieceAggregation("dapo", minibatch_tokens, 1.0)

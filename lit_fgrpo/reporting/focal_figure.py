@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -11,7 +11,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 
-def focal_weight_summary(success_rates: Sequence[np.ndarray], gamma: float) -> tuple[np.ndarray, np.ndarray]:
+WeightOfMu = Callable[[np.ndarray], np.ndarray]
+"""A group weight as a function of the success rates of the active groups (the group-weight hook's value)."""
+
+
+def _weights(mu: np.ndarray, gamma: float | WeightOfMu) -> np.ndarray:
+    return np.asarray(gamma(mu), dtype=float) if callable(gamma) else (1.0 - mu) ** gamma
+
+
+def focal_weight_summary(
+    success_rates: Sequence[np.ndarray], gamma: float | WeightOfMu
+) -> tuple[np.ndarray, np.ndarray]:
     """Per step: mean focal weight over the active groups (0 < mu_hat < 1) and the fraction of active groups.
 
     Groups with mu_hat in {0, 1} have a zero advantage, so their weight does not act; a step without an active
@@ -22,7 +32,7 @@ def focal_weight_summary(success_rates: Sequence[np.ndarray], gamma: float) -> t
         mu = np.asarray(mu, dtype=float)
         mu = mu[~np.isnan(mu)]
         live = (mu > 0) & (mu < 1)
-        weights.append(float(np.mean((1.0 - mu[live]) ** gamma)) if live.any() else float("nan"))
+        weights.append(float(np.mean(_weights(mu[live], gamma))) if live.any() else float("nan"))
         active.append(float(live.mean()) if mu.size else float("nan"))
     return np.asarray(weights), np.asarray(active)
 
@@ -39,7 +49,13 @@ def success_histogram(success_rates: Sequence[np.ndarray], bins: int = 10) -> np
     return np.stack(columns, axis=1) if columns else np.zeros((bins, 0))
 
 
-def focal_figure(steps: Sequence[int], success_rates: Sequence[np.ndarray], gamma: float, bins: int = 10) -> Figure:
+def focal_figure(
+    steps: Sequence[int],
+    success_rates: Sequence[np.ndarray],
+    gamma: float | WeightOfMu,
+    bins: int = 10,
+    weight_label: str | None = None,
+) -> Figure:
     """Two panels over training steps: the distribution of per-group success rates, and the focal weight.
 
     Args:
@@ -65,9 +81,11 @@ def focal_figure(steps: Sequence[int], success_rates: Sequence[np.ndarray], gamm
     mesh = top.pcolormesh(x_edges, np.linspace(0, 1, bins + 1), hist, shading="flat", cmap="viridis")
     figure.colorbar(mesh, ax=top, label="fraction of groups")
     top.set_ylabel("group success rate mu_hat")
-    top.set_title(f"success-rate distribution and focal weight (gamma = {gamma:g})")
+    label = weight_label or (f"gamma = {gamma:g}" if not callable(gamma) else "group weight")
+    top.set_title(f"success-rate distribution and group weight ({label})")
     weights, active = focal_weight_summary(success_rates, gamma)
-    bottom.plot(x, weights, label="mean focal weight (active groups)")
+    # markers: a step without active groups is NaN and breaks the line, so isolated steps would vanish
+    bottom.plot(x, weights, ".-", label="mean focal weight (active groups)")
     bottom.plot(x, active, "--", label="fraction of active groups")
     bottom.set_ylim(0.0, 1.05)
     bottom.set_xlabel("RL step")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lit_fgrpo.rewards import RewardFn, score_completions
+from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
 from lit_fgrpo.rollout.columns import columns_per_completion
@@ -46,6 +47,8 @@ class RolloutCollector:
         correct_threshold: score at or above which a completion is correct.
         pad_token_id: filler id of the padded tensors (default: the tokenizer's pad, else EOS).
         mask_truncated: no loss on completions cut at ``max_tokens`` (DAPO's overlong filtering).
+        reward_timeout: seconds one reward call may take before its rows become unscorable (None = no limit).
+        reward_isolation: ``"thread"`` or ``"process"`` (functions that are not thread-safe); with a timeout.
     """
 
     def __init__(
@@ -58,6 +61,8 @@ class RolloutCollector:
         correct_threshold: float = 0.5,
         pad_token_id: int | None = None,
         mask_truncated: bool = False,
+        reward_timeout: float | None = None,
+        reward_isolation: Isolation = "thread",
     ) -> None:
         if not reward_funcs:
             raise ValueError("RolloutCollector needs at least one reward function")
@@ -73,6 +78,8 @@ class RolloutCollector:
         self.correct_threshold = correct_threshold
         self.pad_token_id = pad_id_of(tokenizer) if pad_token_id is None else int(pad_token_id)
         self.mask_truncated = mask_truncated
+        self.reward_timeout = reward_timeout
+        self.reward_isolation: Isolation = reward_isolation
 
     def collect(
         self, records: Sequence[PromptRecord], sampling: SamplingConfig, seed: int | None = None
@@ -86,7 +93,8 @@ class RolloutCollector:
 
         Returns:
             The rollout: tensors (B = P * G rows, prompt-major), (P, G) rewards and verdicts, texts, token ids and
-            ``stats`` (``tokens_per_s``, ``generation_seconds``, ``frac_truncated``, ``failed_*``, ``reward_*``).
+            ``stats`` (``tokens_per_s``, ``generation_seconds``, ``frac_truncated``, ``failed_*``, ``reward_*``,
+            among them ``reward_nonfinite`` and ``reward_timeouts``: unscorable rows by cause, over all functions).
         """
         if seed is not None:
             sampling = replace(sampling, seed=seed)
@@ -108,6 +116,8 @@ class RolloutCollector:
             self.reward_weights,
             self.correctness_fn,
             self.correct_threshold,
+            reward_timeout=self.reward_timeout,
+            reward_isolation=self.reward_isolation,
         )
         ids, attn, mask, sampling_logp = pad_rollouts(
             prompt_ids, generation, G, self.pad_token_id, self.mask_truncated
@@ -118,6 +128,8 @@ class RolloutCollector:
             "generation_seconds": gen_seconds,
             "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
         }
+        stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
+        stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))
         for name, count in scored.num_failed.items():
             stats[f"failed_{name}"] = float(count)
         for name, values in scored.per_function.items():

@@ -22,8 +22,10 @@ kept; the resume state must advance by ``stats.prompts_drawn`` (not by P), so th
 the next undrawn prompt and never replays a discarded one. Give each round its own sampling seed (e.g.
 ``seed + 1000 * step + round``) so a resumed step regenerates the same groups.
 
-Several ranks: each rank samples on its own shard and always returns exactly P groups (``on_short="pad"``), so
-the ranks keep the same number of micro-batches and optimizer steps even when their round counts differ.
+Wired in :class:`~lit_fgrpo.callbacks.RolloutCallback` (``dynamic_sampling=``), ``draw`` takes prompts from
+:meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`, whose cursor is checkpointed. Several ranks: each rank would
+sample on its own shard and return exactly P groups (``on_short="pad"``), but the round counts of the ranks would
+differ (a collective engine, or a collective decision, would be needed), so the callback refuses world_size > 1.
 """
 
 from __future__ import annotations
@@ -126,17 +128,22 @@ def select_groups(batch: RolloutBatch, groups: Tensor | Sequence[int]) -> Rollou
         ),
         prompts=[batch.prompts[r] for r in row_list] if batch.prompts else [],
         completions=[batch.completions[r] for r in row_list] if batch.completions else [],
+        prompt_ids=[batch.prompt_ids[p] for p in idx.tolist()] if batch.prompt_ids else [],
+        completion_ids=[batch.completion_ids[r] for r in row_list] if batch.completion_ids else [],
         stats=dict(batch.stats),
     )
 
 
+_COUNTS = ("reward_nonfinite", "reward_timeouts")
+
+
 def _merge_stats(batches: Sequence[RolloutBatch]) -> dict[str, float]:
-    """Seconds and failure counts add up over rounds; any other statistic is averaged, weighted by rows."""
+    """Seconds and counts of unscorable rows add up over rounds; any other statistic is averaged, weighted by rows."""
     rows = [b.input_ids.shape[0] for b in batches]
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for b in batches for k in b.stats):
         present = [(b.stats[key], n) for b, n in zip(batches, rows, strict=True) if key in b.stats]
-        if key.endswith("_seconds") or key.startswith("failed_"):
+        if key.endswith("_seconds") or key.startswith("failed_") or key in _COUNTS:
             out[key] = float(sum(v for v, _ in present))
         else:
             out[key] = float(sum(v * n for v, n in present) / max(sum(n for _, n in present), 1))
@@ -182,6 +189,8 @@ def concat_rollouts(batches: Sequence[RolloutBatch], pad_token_id: int = 0) -> R
         sampling_logp=torch.cat(logp) if logp else None,
         prompts=[p for b in batches for p in b.prompts],
         completions=[c for b in batches for c in b.completions],
+        prompt_ids=[p for b in batches for p in b.prompt_ids],
+        completion_ids=[c for b in batches for c in b.completion_ids],
         stats=_merge_stats(batches),
     )
 

@@ -18,8 +18,8 @@ def test_pass_at_k_figure_draws_both_curves_on_log_x() -> None:
     assert ax.get_xscale() == "log"
     lines = {line.get_label(): line for line in ax.get_lines()}
     for label, values in (("before RL", before), ("after RL", after)):
-        assert list(lines[label].get_xdata()) == sorted(values)
-        assert list(lines[label].get_ydata()) == [values[k] for k in sorted(values)]
+        assert np.asarray(lines[label].get_xdata()).tolist() == sorted(values)
+        assert np.asarray(lines[label].get_ydata()).tolist() == [values[k] for k in sorted(values)]
     deltas = {t.get_text() for t in ax.texts}
     assert {f"{after[k] - before[k]:+.3f}" for k in before} == deltas
 
@@ -72,6 +72,6 @@ def test_focal_figure_draws_the_weight_curve() -> None:
     rates = [np.array([0.25, 0.5]), np.array([0.5, 0.75])]
     figure = focal_figure([1, 2], rates, gamma=1.0)
     weight_line = next(line for ax in figure.axes for line in ax.get_lines())
-    assert list(weight_line.get_ydata()) == pytest.approx([0.625, 0.375])
+    assert np.asarray(weight_line.get_ydata()).tolist() == pytest.approx([0.625, 0.375])
     with pytest.raises(ValueError, match="one success-rate array per step"):
         focal_figure([1], rates, gamma=1.0)

@@ -11,8 +11,13 @@ from lit_fgrpo.cli import cli_main, main
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
 MATH_OVERLAYS = sorted(p for p in (CONFIG_DIR / "math").glob("*.yaml") if p.name != "base.yaml")
+MAZE_OVERLAYS = sorted((CONFIG_DIR / "maze").glob("*.yaml"))
 # Every YAML under configs/ is parsed: standalone files alone, overlays after their base.
-STACKS = [[c] for c in CONFIGS] + [[CONFIG_DIR / "math" / "base.yaml", o] for o in MATH_OVERLAYS]
+STACKS = (
+    [[c] for c in CONFIGS]
+    + [[CONFIG_DIR / "math" / "base.yaml", o] for o in MATH_OVERLAYS]
+    + [[CONFIG_DIR / "maze_cpu.yaml", o] for o in MAZE_OVERLAYS]
+)
 
 
 def _print_config(stack: list[Path], capsys: pytest.CaptureFixture[str], *extra: str) -> str:
@@ -54,6 +59,35 @@ def test_math_overlay_sets_method_and_keeps_base(
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
     # interpolation is resolved after every --config and flag is merged (parser_mode omegaconf+)
     assert callbacks["RolloutCallback"]["sampling"]["temperature"] == 0.7
+
+
+@pytest.mark.parametrize(
+    ("overlay", "model", "dynamic"),
+    [("grpo", {"gamma": 0.0}, None), ("fgrpo", {"gamma": 0.5}, None),
+     ("maxrl", {"gamma": 0.0, "scale_rewards": "none", "group_weight": {"kind": "maxrl"}}, None),
+     ("band", {"gamma": 0.0, "group_weight": {"kind": "band", "low": 0.1, "high": 0.9}}, None),
+     ("gspo", {"gamma": 0.0, "loss_type": "gspo", "num_iterations": 2}, None),
+     ("dynamic", {"gamma": 0.0}, {"max_rounds": 4, "oversample": 2.0})],
+)  # fmt: skip
+def test_maze_overlay_sets_method_and_keeps_base(
+    overlay: str, model: dict, dynamic: dict | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    config = yaml.safe_load(
+        _print_config([CONFIG_DIR / "maze_cpu.yaml", CONFIG_DIR / "maze" / f"{overlay}.yaml"], capsys)
+    )
+    for key, value in model.items():
+        got = config["model"][key]
+        assert (got if not isinstance(value, dict) else {k: got[k] for k in value}) == value, key
+    assert config["data"]["prompts_per_step"] == 16 and config["model"]["lr"] == 1.0e-4  # the base's settings
+    assert config["model"]["save_pretrained_dir"] == f"outputs/maze_{overlay}/policy"
+    callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
+    assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/maze_{overlay}/checkpoints"
+    rollout = callbacks["RolloutCallback"]
+    assert rollout["sampling"]["n"] == 8
+    got_dynamic = rollout.get("dynamic_sampling")
+    assert (None if got_dynamic is None else {k: got_dynamic[k] for k in dynamic or {}}) == dynamic
 
 
 def test_help_shows_docstrings(capsys: pytest.CaptureFixture[str]) -> None:

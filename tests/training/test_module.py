@@ -55,7 +55,7 @@ def test_training_step_gradient_equals_the_pure_loss() -> None:
     from lit_fgrpo.logprobs import completion_logprobs
 
     rollout = synthetic_rollout(P=4, G=4)
-    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo"):
+    for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"):
         module = tiny_module(gamma=0.5, loss_type=loss_type, micro_batch_rows=3, max_grad_norm=None)
         reference = copy.deepcopy(module.policy)
         adv = group_advantages(rollout.rewards, 0.5, success=rollout.correct).reshape(-1)
@@ -129,3 +129,47 @@ def test_missing_rollout_callback_is_a_clear_error() -> None:
     trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False)
     with pytest.raises(RuntimeError, match="RolloutCallback"):
         trainer.fit(module, torch.utils.data.DataLoader([0], batch_size=1))
+
+
+def test_group_weight_replaces_the_focal_weight_and_is_the_one_logged() -> None:
+    from lit_fgrpo.objectives import GroupWeight
+
+    rollout = synthetic_rollout(P=4, G=4)  # 1, 2, 3, 1 successes of 4: mu_hat 0.25, 0.5, 0.75, 0.25
+    module = tiny_module(gamma=0.0, scale_rewards="none", group_weight=GroupWeight("maxrl"))
+    want = group_advantages(rollout.rewards, scale="none", success=rollout.correct, group_weight=GroupWeight("maxrl"))
+    torch.testing.assert_close(module.advantages(rollout), want, rtol=0, atol=0)
+    # MaxRL with binary rewards and no std division: (r - mean) / mean
+    mean = rollout.rewards.mean(dim=1, keepdim=True)
+    torch.testing.assert_close(module.advantages(rollout), (rollout.rewards - mean) / mean)
+    trainer = run_steps(module, rollout)
+    weights = [4.0, 2.0, 4.0 / 3.0, 4.0]  # 1 / mu_hat, every group active
+    assert float(trainer.callback_metrics["focal/weight_mean"]) == pytest.approx(sum(weights) / 4)
+    assert float(trainer.callback_metrics["focal/weight_min"]) == pytest.approx(4.0 / 3.0)
+
+
+def test_gamma_and_group_weight_together_name_both_flags() -> None:
+    from lit_fgrpo.errors import ConfigError
+    from lit_fgrpo.objectives import GroupWeight
+
+    with pytest.raises(ConfigError, match=r"--model.gamma=0.5 and --model.group_weight \(kind 'band'\) are both set"):
+        tiny_module(gamma=0.5, group_weight=GroupWeight("band", low=0.1, high=0.9))
+
+
+def test_gspo_preset_clips_at_3e4_and_4e4() -> None:
+    module = tiny_module(loss_type="gspo")
+    assert (module.epsilon, module.epsilon_high) == (3e-4, 4e-4)
+
+
+def test_group_weight_survives_a_weights_only_checkpoint_load() -> None:
+    """Lightning resumes with torch.load(weights_only=True): the hyperparameters must be plain values."""
+    import io
+
+    from lit_fgrpo.objectives import GroupWeight
+
+    module = tiny_module(gamma=0.0, group_weight=GroupWeight("band", low=0.1, high=0.9))
+    buffer = io.BytesIO()
+    torch.save({"hyper_parameters": dict(module.hparams)}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)["hyper_parameters"]
+    restored = type(module)(**loaded)
+    assert restored.applied_group_weight == GroupWeight("band", low=0.1, high=0.9)
