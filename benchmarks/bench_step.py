@@ -100,6 +100,10 @@ def prepare(case: Case, root: Path) -> None:
 
 
 # ---------------------------------------------------------------- contenders (each in its own process)
+LIT_PHASES: list[dict[str, float]] = []
+"""lit_fgrpo's ``time/*`` values of each step (its per-phase timers), filled by :func:`run_lit`."""
+
+
 def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) -> None:
     """lit_fgrpo's step: FGRPOModule + RolloutCallback under a Lightning Trainer (the public API)."""
     import lightning as L
@@ -122,15 +126,23 @@ def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
         log_samples_every=0,
     )
 
+    def read_phases(trainer: L.Trainer) -> None:
+        # the module logs time/* in its on_train_batch_end, after the callbacks': read them one hook later
+        values = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("time/")}
+        if values:
+            LIT_PHASES.append(values)
+
     class Clock(L.Callback):
         def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
             clock.append(time.perf_counter())
+            read_phases(trainer)
 
         def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
             lengths.append(float(trainer.callback_metrics["rollout/completion_length"]))
 
         def on_train_end(self, trainer: L.Trainer, *args: Any) -> None:
             clock.append(time.perf_counter())
+            read_phases(trainer)
 
     trainer = L.Trainer(
         max_steps=case.steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -183,7 +195,10 @@ def worker(who: str, case: Case, root: Path, threads: int, warmup: int) -> dict[
     (run_lit if who == "lit" else run_trl)(case, root, clock, lengths)
     steps = [b - a for a, b in zip(clock, clock[1:])][warmup:]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kept = LIT_PHASES[warmup:]
+    phases = {key: statistics.median(p.get(key, 0.0) for p in kept) for key in kept[0]} if kept else {}
     return {
+        "phases": phases,
         "step_s": statistics.median(steps),
         "steps": steps,
         "completion_length": statistics.mean(lengths) if lengths else float("nan"),
@@ -242,6 +257,9 @@ def main() -> None:
         rss = [statistics.median(r["peak_rss_mib"] for r in res[w]) for w in ("lit", "trl")]
         lengths = [statistics.median(r["completion_length"] for r in res[w]) for w in ("lit", "trl")]
         table.append((case.name, lit, trl, rss, lengths))
+        phases = res["lit"][-1]["phases"]
+        if phases:
+            print("  lit phases (last run, median step): " + ", ".join(f"{k[5:]} {v:.3g}" for k, v in phases.items()))
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     head = f"{'case':<28} {'lit s':>7} {'TRL s':>7} {'lit/TRL':>7} {'RSS lit':>8} {'RSS TRL':>8} {'lit/TRL':>7} {'len lit':>7} {'len TRL':>7}"
     print(head + "\n" + "-" * len(head))

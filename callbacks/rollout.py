@@ -42,8 +42,10 @@ from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, dynamic_sample
+from lit_fgrpo.rollout.hf import HFEngine
 from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
+from lit_fgrpo.timing import PhaseTimer
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +204,9 @@ class RolloutCallback(L.Callback):
         self.engine: RolloutEngine | None = None
         self.collector: RolloutCollector | None = None
         self._consumer: RolloutConsumer | None = None
+        # The module's step timer (generate, reward and sync are timed here, logged by the module with its
+        # own phases); a private one, never logged, for other consumers.
+        self._timer = PhaseTimer()
         self.last_sync_step = -1
         self.start_pass_at_k: dict[str, float] = {}
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
@@ -231,6 +236,8 @@ class RolloutCallback(L.Callback):
                 f"{type(pl_module).__name__} has not"
             )
         self._consumer = pl_module
+        if isinstance(pl_module, FGRPOModule):
+            self._timer = pl_module.timer
         if self.dynamic_sampling is not None and trainer.world_size > 1:
             raise ConfigError(
                 f"RolloutCallback.dynamic_sampling runs on one rank only (world_size={trainer.world_size}): ranks "
@@ -330,6 +337,10 @@ class RolloutCallback(L.Callback):
         assert self.engine is not None and self._probe is not None and self.collector is not None
         assert self._consumer is not None
         self.engine.wake_up()
+        if isinstance(self.engine, HFEngine) and self.engine.model is self._consumer.policy:
+            # The HF engine samples with the trainer's policy itself: both sides would run the same forward on
+            # the same weights, so the gap is 0 by construction and the probe is skipped.
+            return 0.0
         prompts, completions = self._probe
         engine_lp = self.engine.score(prompts, completions, temperature=1.0)
         pad = self.collector.pad_token_id
@@ -362,17 +373,25 @@ class RolloutCallback(L.Callback):
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         if self.async_rollouts is not None:
-            with self.async_rollouts.paused():
+            with self.async_rollouts.paused(), self._timer.phase("sync"):
                 self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
-            taken = self.async_rollouts.take(trainer, batch)
+            with self._timer.phase("wait"):  # the trainer waiting on the generator thread
+                taken = self.async_rollouts.take(trainer, batch)
             batch.rollout = taken.batch
             pl_module.log_dict(taken.stats, on_step=True, on_epoch=False, batch_size=len(batch.records))
             return
-        self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
+        with self._timer.phase("sync"):
+            self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
+        start = time.perf_counter()
         if self.dynamic_sampling is None:
-            batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+            batch.rollout = rollout = self.collect(batch, self.train_sampling(trainer.global_step))
         else:
-            batch.rollout = self._dynamic_rollout(trainer, pl_module, len(batch.records))
+            batch.rollout = rollout = self._dynamic_rollout(trainer, pl_module, len(batch.records))
+        # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
+        generate = rollout.stats.get("generation_seconds", 0.0)
+        self._timer.add("generate", generate)
+        self._timer.add("reward", time.perf_counter() - start - generate)
+        self._timer.add_tokens("generate", sum(len(ids) for ids in rollout.completion_ids))
         assert self.engine is not None
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
 
@@ -410,10 +429,12 @@ class RolloutCallback(L.Callback):
         # Count optimizer steps since the last push: a training step may take several (mini-batches, mu > 1),
         # so global_step can jump over the multiples of sync_every.
         if self.async_rollouts is not None:
-            self.async_rollouts.push()  # version = RL steps done; waits for the generator's claims
+            with self._timer.phase("sync"):
+                self.async_rollouts.push()  # version = RL steps done; waits for the generator's claims
             return
         if trainer.global_step - self.last_sync_step >= self._sync_every:
-            self._sync(trainer)
+            with self._timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
+                self._sync(trainer)
 
     @override
     def on_validation_batch_start(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -44,6 +43,8 @@ from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
+from lit_fgrpo.rollout.scoring import eval_mode, train_mode
+from lit_fgrpo.timing import PhaseTimer
 
 # The batch seam overrides on_after_batch_transfer on purpose while PromptDataModule (which does not) serves the
 # data; Lightning warns about every module hook of that kind. This one is by design.
@@ -143,6 +144,12 @@ class FGRPOModule(L.LightningModule):
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
         self._reference: list[nn.Module] = []
         self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
+        self.timer = PhaseTimer()
+        """Wall time per phase of the current training batch, logged under ``time/`` in ``on_train_batch_end``.
+
+        The module times old_logprobs, ref_logprobs, forward, backward and optimizer; the rollout callback
+        times generate, reward and sync into the same timer (and an asynchronous rollout source adds ``wait``:
+        ``module.timer.add("wait", seconds)`` or ``with module.timer.phase("wait"): ...``)."""
 
     @staticmethod
     def _validate(args: dict[str, Any]) -> None:
@@ -192,7 +199,10 @@ class FGRPOModule(L.LightningModule):
             dtype = _HALF_PRECISIONS.get(str(self.trainer.precision), torch.float32)
         policy = build_policy(hp.model, hp.model_config, self.tokenizer, hp.seed, dtype=dtype)
         if hp.gradient_checkpointing:
-            policy.gradient_checkpointing_enable()  # type: ignore[operator]
+            # Non-reentrant: works when the inputs need no grad (frozen embeddings, LoRA) and with our decoder call.
+            policy.gradient_checkpointing_enable(  # type: ignore[operator]
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         if hp.beta > 0 and not self.is_lora:
             reference = copy.deepcopy(policy).eval()
             reference.requires_grad_(False)
@@ -244,12 +254,22 @@ class FGRPOModule(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     # ------------------------------------------------------------------ log-probs
-    def _logp(self, model: torch.nn.Module, rollout: RolloutBatch, rows: Tensor, with_entropy: bool = False) -> Any:
+    def _logp(
+        self, model: torch.nn.Module, rollout: RolloutBatch, rows: Tensor, with_entropy: bool = False, width: int = 0
+    ) -> Any:
+        """Log-probs of ``rows``; ``width`` > 0 trims the completion to its first ``width`` columns (and the
+        prompt's all-padding leading columns of these rows), which changes no value: (b, width) out."""
+        ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]  # (b, Tp + T)
+        T = rollout.completion_length
+        if width:
+            first = int(attn[:, : ids.shape[1] - T].any(dim=0).long().argmax()) if ids.shape[1] > T else 0
+            end = ids.shape[1] - T + width
+            ids, attn, T = ids[:, first:end], attn[:, first:end], width  # (b, Tp' + width)
         return completion_logprobs(
             model,
-            rollout.input_ids[rows],
-            rollout.attention_mask[rows],
-            rollout.completion_length,
+            ids,
+            attn,
+            T,
             temperature=self.hp.temperature,
             chunk_rows=max(1, len(rows)) if torch.is_grad_enabled() else self.hp.logprob_chunk_rows,
             with_entropy=with_entropy,
@@ -257,19 +277,21 @@ class FGRPOModule(L.LightningModule):
 
     @torch.no_grad()
     def _old_logp(self, rollout: RolloutBatch) -> Tensor:
-        """(B, T) log-probs of the policy before this step's updates."""
+        """(B, T) log-probs of the policy before this step's updates (eval mode: no dropout)."""
         rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        return self._logp(self.policy, rollout, rows).logp
+        with self.timer.phase("old_logprobs"), eval_mode(self.policy):
+            return self._logp(self.policy, rollout, rows).logp
 
     @torch.no_grad()
     def _ref_logp(self, rollout: RolloutBatch) -> Tensor:
         """(B, T) log-probs of the frozen reference (for LoRA: the policy with its adapters disabled)."""
         rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        if self.is_lora:
-            with self.policy.disable_adapter():  # type: ignore[operator]
-                return self._logp(self.policy, rollout, rows).logp
-        assert self.reference is not None
-        return self._logp(self.reference, rollout, rows).logp
+        with self.timer.phase("ref_logprobs"):
+            if self.is_lora:
+                with self.policy.disable_adapter(), eval_mode(self.policy):  # type: ignore[operator]
+                    return self._logp(self.policy, rollout, rows).logp
+            assert self.reference is not None
+            return self._logp(self.reference, rollout, rows).logp
 
     # ------------------------------------------------------------------ training
     @override
@@ -290,13 +312,13 @@ class FGRPOModule(L.LightningModule):
         mask = rollout.completion_mask  # (B, T)
         prompts_per_step = self.hp.mini_batch_prompts or P
         num_minibatches = math.ceil(P / prompts_per_step)
+        # In one pass with one optimizer step the live log-probs are the old ones: no extra forward (the
+        # importance weights, row-local, are then computed per micro-batch from the live log-probs).
         needs_old = self.hp.num_iterations > 1 or num_minibatches > 1
-        needs_train_logp = needs_old or self.hp.importance_correction != "none"
-        train_old = self._old_logp(rollout) if needs_train_logp else None  # (B, T)
+        train_old = self._old_logp(rollout) if needs_old else None  # (B, T)
         ref_logp = self._ref_logp(rollout) if self.hp.beta > 0 else None  # (B, T)
         is_weights = None
-        if self.hp.importance_correction != "none" and rollout.sampling_logp is not None:
-            assert train_old is not None
+        if self.hp.importance_correction != "none" and rollout.sampling_logp is not None and train_old is not None:
             is_weights = truncated_importance_weights(
                 train_old, rollout.sampling_logp, mask, self.hp.importance_correction, self.hp.importance_cap
             )  # (B, T) or (B, 1)
@@ -311,26 +333,33 @@ class FGRPOModule(L.LightningModule):
         assert isinstance(optimizer, LightningOptimizer)
         assert isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler)
         pieces: list[dict[str, Tensor]] = []
-        start = time.perf_counter()
-        for _ in range(self.hp.num_iterations):
+        trained_before = self.timer.total(("forward", "backward", "optimizer"))
+        for iteration in range(self.hp.num_iterations):
             for first_prompt in range(0, P, prompts_per_step):
                 rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
-                optimizer.zero_grad(set_to_none=True)
-                step_pieces = self._accumulate(rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items)
+                with self.timer.phase("optimizer"):
+                    optimizer.zero_grad(set_to_none=True)
+                step_pieces = self._accumulate(
+                    rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items, entropy=iteration == 0
+                )
                 pieces.extend(step_pieces)
                 step_loss = torch.stack([p["loss"] for p in step_pieces]).sum() if step_pieces else None
-                # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
-                if not self.nonfinite_guard.check(self.global_step, step_loss, self.policy.named_parameters()):
-                    optimizer.zero_grad(set_to_none=True)  # no step, no scheduler step: the weights stay as they were
-                    continue
-                if self.hp.max_grad_norm is not None:
-                    self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-        elapsed = time.perf_counter() - start
+                with self.timer.phase("optimizer"):
+                    # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
+                    if not self.nonfinite_guard.check(self.global_step, step_loss, self.policy.named_parameters()):
+                        optimizer.zero_grad(
+                            set_to_none=True
+                        )  # no step, no scheduler step: the weights stay as they were
+                        continue
+                    if self.hp.max_grad_norm is not None:
+                        self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+        elapsed = self.timer.total(("forward", "backward", "optimizer")) - trained_before
         num_steps = self.hp.num_iterations * num_minibatches
-        tokens_per_s = sum(float(p["tokens"]) for p in pieces) / max(elapsed, 1e-9)
-        values = train_stats(pieces, num_steps, tokens_per_s)
+        trained_tokens = sum(float(p["tokens"]) for p in pieces)
+        self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
+        values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
         values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
         values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.applied_group_weight, mask)
         values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
@@ -378,44 +407,74 @@ class FGRPOModule(L.LightningModule):
         ref_logp: Tensor | None,
         is_weights: Tensor | None,
         num_items: Tensor,
+        entropy: bool = True,
     ) -> list[dict[str, Tensor]]:
-        """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss."""
-        mask = rollout.completion_mask
+        """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss.
+
+        Rows are sorted by completion length and each micro-batch is cut to its own longest completion and
+        prompt, so little padding goes through the model; every loss is row-local (the aggregation shares
+        depend on row counts only), so neither changes the gradient. The policy runs in train mode here
+        (gradient checkpointing and dropout apply) and in eval mode everywhere else. ``entropy`` computes the
+        logged entropy (the first pass only; ``train/entropy`` averages the pieces that have it).
+        """
+        mask = rollout.completion_mask  # (B, T)
         mb_rows, mb_tokens = len(rows), mask[rows].sum()
         if self.hp.skip_zero_advantage and self.hp.beta == 0:
             rows = rows[flat_adv[rows] != 0]
+        T = rollout.completion_length
+        lengths = rollout.attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
+        rows = rows[torch.argsort(lengths[rows], stable=True)]
+        one_pass_weights = train_old is None and self.hp.importance_correction != "none"
         pieces: list[dict[str, Tensor]] = []
         for chunk in rows.split(self.hp.micro_batch_rows) if len(rows) else ():
-            out = self._logp(self.policy, rollout, chunk, with_entropy=True)
-            agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
-            loss, piece = policy_loss(
-                out.logp,
-                train_old[chunk] if train_old is not None else None,
-                flat_adv[chunk],
-                mask[chunk],
-                agg.loss_type,
-                self.epsilon,
-                self.epsilon_high,
-                ref_logp[chunk] if ref_logp is not None else None,
-                self.hp.beta,
-                max_completion_length=rollout.max_completion_length,
-                num_items=agg.num_items,
-                importance_weights=is_weights[chunk] if is_weights is not None else None,
-            )
-            if self._trainer is not None:
-                self.manual_backward(loss * agg.share)
-            else:  # used outside a Trainer (backward_on from a user's own loop or a test)
-                (loss * agg.share).backward()
+            width = max(1, int(lengths[chunk].max()))
+            cols = slice(0, width)
+            m = mask[chunk][:, cols]  # (b, w)
+            sampling_logp = rollout.sampling_logp[chunk][:, cols] if rollout.sampling_logp is not None else None
+            with self.timer.phase("forward"), train_mode(self.policy):
+                out = self._logp(self.policy, rollout, chunk, with_entropy=entropy, width=width)  # (b, w)
+                weights = is_weights[chunk][:, cols] if is_weights is not None else None  # (b, w) or (b, 1)
+                if one_pass_weights and sampling_logp is not None:
+                    weights = truncated_importance_weights(
+                        out.logp.detach(), sampling_logp, m, self.hp.importance_correction, self.hp.importance_cap
+                    )
+                agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
+                loss, piece = policy_loss(
+                    out.logp,
+                    train_old[chunk][:, cols] if train_old is not None else None,
+                    flat_adv[chunk],
+                    m,
+                    agg.loss_type,
+                    self.epsilon,
+                    self.epsilon_high,
+                    ref_logp[chunk][:, cols] if ref_logp is not None else None,
+                    self.hp.beta,
+                    max_completion_length=rollout.max_completion_length,
+                    num_items=agg.num_items,
+                    importance_weights=weights,
+                )
+            with self.timer.phase("backward"), train_mode(self.policy):
+                if self._trainer is not None:
+                    self.manual_backward(loss * agg.share)
+                else:  # used outside a Trainer (backward_on from a user's own loop or a test)
+                    (loss * agg.share).backward()
             piece["loss"] = (loss * agg.share).detach()
-            piece["tokens"] = mask[chunk].sum()
-            assert out.entropy is not None
-            piece["entropy_sum"] = (out.entropy * mask[chunk]).sum()
-            if train_old is None and rollout.sampling_logp is not None:
+            piece["tokens"] = m.sum()
+            if out.entropy is not None:
+                piece["entropy_sum"] = (out.entropy * m).sum()
+            if train_old is None and sampling_logp is not None:
                 # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
-                gap = (out.logp.detach() - rollout.sampling_logp[chunk]).abs()  # (b, T)
-                piece["mismatch_sum"] = (gap * mask[chunk]).sum()
+                gap = (out.logp.detach() - sampling_logp).abs()  # (b, w)
+                piece["mismatch_sum"] = (gap * m).sum()
             pieces.append(piece)
         return pieces
+
+    @override
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # After the callbacks' on_train_batch_end (the weight sync): every phase of this batch lands on its step.
+        values = self.timer.summary()
+        if values:
+            self.log_dict(values, on_step=True, on_epoch=False, batch_size=1)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

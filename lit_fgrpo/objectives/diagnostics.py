@@ -48,9 +48,13 @@ def train_stats(pieces: Sequence[dict[str, Tensor]], num_steps: int, tokens_per_
 
     Each piece holds ``loss`` (already scaled by its share), ``tokens`` and the token means of
     :func:`~lit_fgrpo.objectives.policy_loss` (``clip_frac*``, ``ratio_mean``, ``kl``), plus ``entropy_sum``;
-    token means are re-weighted by each piece's tokens. ``train/loss`` is the mean over optimizer steps.
+    token means are re-weighted by each piece's tokens (``entropy_sum`` by the tokens of the pieces that have it:
+    those of the first pass). ``train/loss`` is the mean over optimizer steps.
     """
     tokens = sum(float(s["tokens"]) for s in pieces)
+    # the entropy is computed on the first pass only (pieces of later passes have no entropy_sum)
+    entropy_sum = sum(float(s["entropy_sum"]) for s in pieces if "entropy_sum" in s)
+    entropy_tokens = sum(float(s["tokens"]) for s in pieces if "entropy_sum" in s)
     loss = float(torch.stack([s["loss"] for s in pieces]).sum()) if pieces else 0.0
 
     def token_mean(key: str) -> float:
@@ -65,7 +69,7 @@ def train_stats(pieces: Sequence[dict[str, Tensor]], num_steps: int, tokens_per_
         "train/clip_frac_high": token_mean("clip_frac_high"),
         "train/ratio_mean": token_mean("ratio_mean"),
         "train/kl": token_mean("kl"),
-        "train/entropy": sum(float(s["entropy_sum"]) for s in pieces) / tokens if tokens else 0.0,
+        "train/entropy": entropy_sum / entropy_tokens if entropy_tokens else 0.0,
         "train/tokens_per_s": tokens_per_s,
     }
 
