@@ -29,6 +29,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import nn
 from typing_extensions import override
 
+from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.rewards import resolve_reward
@@ -40,12 +41,8 @@ from lit_fgrpo.rollout.select import build_engine
 
 log = logging.getLogger(__name__)
 
-VAL_SEED_OFFSET = 1_000_003
-"""Validation sampling seeds are ``seed + VAL_SEED_OFFSET + EVAL_BATCH_STRIDE * batch_idx``: never a training seed."""
-TEST_SEED_OFFSET = 2_000_003
-"""Test sampling seeds, offset like the validation ones."""
-EVAL_BATCH_STRIDE = 7919
-"""Seed stride between evaluation batches (a prime, so batches of different runs do not line up)."""
+TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
+"""The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
 
 
 @runtime_checkable
@@ -94,7 +91,9 @@ class RolloutCallback(L.Callback):
         engine_kwargs: extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype,
             max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
-        seed: base sampling seed; training step s samples with seed + s, so a resumed run repeats exactly.
+        seed: base sampling seed; prompt p at step s samples with ``prompt_seed(seed, p.position, s, stream)``
+            (stream 0 train, 1 validation, 2 test), so a resumed run repeats exactly and the completions a prompt
+            gets do not depend on the number of ranks.
     """
 
     def __init__(
@@ -232,8 +231,10 @@ class RolloutCallback(L.Callback):
         self.last_sync_step = trainer.global_step
         self._engine_stale = False
         metrics = {"rollout/sync_seconds": elapsed}
-        if self._sync_probe_rows > 0 and self._probe is not None:
-            metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
+        # A failed check on one rank stops every rank with its message (not a hang in the next all-reduce).
+        with fail_together(f"the weight sync at step {trainer.global_step}"):
+            if self._sync_probe_rows > 0 and self._probe is not None:
+                metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
         if trainer.logger is not None:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
@@ -267,23 +268,25 @@ class RolloutCallback(L.Callback):
         return check_logprob_gap(engine_lp, trainer_lp, self._sync_tolerance, where)
 
     # ------------------------------------------------------------------ rollouts
-    def collect(self, batch: PromptBatch, sampling: SamplingConfig) -> RolloutBatch:
-        """Sample and score one batch through the collector; remembers a few rows as the next sync probe."""
-        rollout = self._build_engine().collect(batch.records, sampling)
+    def collect(self, batch: PromptBatch, sampling: SamplingConfig, step: int = 0, stream: int = 0) -> RolloutBatch:
+        """Sample and score one batch through the collector; remembers a few rows as the next sync probe.
+
+        ``step`` and ``stream`` seed each prompt (see :meth:`lit_fgrpo.rollout.collect.RolloutCollector.collect`).
+        """
+        rollout = self._build_engine().collect(batch.records, sampling, step=step, stream=stream)
         rows = min(self._sync_probe_rows, len(rollout.completion_ids))
         G = rollout.group_size
         self._probe = ([rollout.prompt_ids[r // G] for r in range(rows)], rollout.completion_ids[:rows])
         return rollout
 
-    def train_sampling(self, step: int) -> SamplingConfig:
-        """Sampling of training step ``step``: seeded ``seed + step``, so a resumed run repeats exactly."""
-        return replace(self.sampling, seed=self._seed + step)
+    def train_sampling(self) -> SamplingConfig:
+        """Sampling of training rollouts, with the base seed (each prompt's seed adds its position and the step)."""
+        return replace(self.sampling, seed=self._seed)
 
-    def eval_sampling(self, batch_idx: int, offset: int = VAL_SEED_OFFSET) -> SamplingConfig:
-        """Sampling of evaluation batch ``batch_idx``: ``val_samples`` per prompt, seeds apart from training."""
+    def eval_sampling(self) -> SamplingConfig:
+        """Sampling of evaluation batches: ``val_samples`` per prompt, the validation temperature, the base seed."""
         temperature = self._val_temperature or self.sampling.temperature
-        seed = self._seed + offset + EVAL_BATCH_STRIDE * batch_idx
-        return replace(self.sampling, n=self._val_samples, temperature=temperature, seed=seed)
+        return replace(self.sampling, n=self._val_samples, temperature=temperature, seed=self._seed)
 
     @override
     def on_train_batch_start(
@@ -291,7 +294,10 @@ class RolloutCallback(L.Callback):
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
-        batch.rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+        step = trainer.global_step
+        # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
+        with fail_together(f"the rollout at step {step}"):
+            batch.rollout = self.collect(batch, self.train_sampling(), step, TRAIN_STREAM)
         assert self.engine is not None
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
 
@@ -310,7 +316,7 @@ class RolloutCallback(L.Callback):
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+        batch.rollout = self.collect(batch, self.eval_sampling(), trainer.global_step, VAL_STREAM)
 
     @override
     def on_test_batch_start(
@@ -318,7 +324,7 @@ class RolloutCallback(L.Callback):
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-        batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, TEST_SEED_OFFSET))
+        batch.rollout = self.collect(batch, self.eval_sampling(), trainer.global_step, TEST_STREAM)
 
     # ------------------------------------------------------------------ start of a stage
     @override
@@ -374,8 +380,8 @@ class RolloutCallback(L.Callback):
         assert self._consumer is not None
         ks = self._consumer.pass_at_k.ks if isinstance(self._consumer, FGRPOModule) else [1]
         metric = PassAtK(list(ks))
-        for batch_idx, records in enumerate(self._val_batches(trainer)):
-            rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+        for records in self._val_batches(trainer):
+            rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(), trainer.global_step, VAL_STREAM)
             metric.update(rollout.correct)
         if float(metric.num_problems) == 0:
             return {}
@@ -395,4 +401,4 @@ class RolloutCallback(L.Callback):
         self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
 
 
-__all__ = ["EVAL_BATCH_STRIDE", "TEST_SEED_OFFSET", "VAL_SEED_OFFSET", "RolloutCallback", "RolloutConsumer"]
+__all__ = ["TEST_STREAM", "TRAIN_STREAM", "VAL_STREAM", "RolloutCallback", "RolloutConsumer"]

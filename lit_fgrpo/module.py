@@ -29,11 +29,13 @@ from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_fgrpo.distributed import check_finite, global_max, per_rank_mini_batch
+from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.objectives import AdvantageScale, LossType, group_advantages
 from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
-from lit_fgrpo.objectives.diagnostics import mismatch_stat, rollout_stats, train_stats
+from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
 from lit_fgrpo.objectives.hparam_checks import check_module_numbers
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
@@ -63,7 +65,8 @@ class FGRPOModule(L.LightningModule):
         scale_rewards: divide by the group std ("group"), the batch std ("batch") or not at all ("none").
         advantage_eps: added to the std (verl 1e-6, TRL 1e-4).
         num_iterations: passes over each rollout batch (mu); > 1 stores old log-probs.
-        mini_batch_prompts: prompts per optimizer step; None = one step per rollout batch.
+        mini_batch_prompts: prompts per optimizer step over all ranks (global, like ``prompts_per_step``; each rank
+            takes its share); None = one step per rollout batch.
         micro_batch_rows: rows per forward/backward; gradients accumulate over a mini-batch.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
@@ -265,7 +268,8 @@ class FGRPOModule(L.LightningModule):
         advantages = self.advantages(rollout)  # (P, G)
         flat_adv = advantages.reshape(-1)  # (B,)
         mask = rollout.completion_mask  # (B, T)
-        prompts_per_step = self.hp.mini_batch_prompts or P
+        world = self.trainer.world_size
+        prompts_per_step = per_rank_mini_batch(self.hp.mini_batch_prompts, world) or P
         num_minibatches = math.ceil(P / prompts_per_step)
         needs_old = self.hp.num_iterations > 1 or num_minibatches > 1
         needs_train_logp = needs_old or self.hp.importance_correction != "none"
@@ -277,7 +281,6 @@ class FGRPOModule(L.LightningModule):
             is_weights = truncated_importance_weights(
                 train_old, rollout.sampling_logp, mask, self.hp.importance_correction, self.hp.importance_cap
             )  # (B, T) or (B, 1)
-        world = self.trainer.world_size
         global_tokens = mask.sum()
         if world > 1:
             global_tokens = self.trainer.strategy.reduce(global_tokens, reduce_op="sum")
@@ -293,7 +296,11 @@ class FGRPOModule(L.LightningModule):
             for first_prompt in range(0, P, prompts_per_step):
                 rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
                 optimizer.zero_grad(set_to_none=True)
-                pieces.extend(self._accumulate(rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items))
+                new = self._accumulate(rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items)
+                pieces.extend(new)
+                # A NaN loss on one rank stops every rank (with its message) before any optimizer step applies it.
+                minibatch_loss = torch.stack([p["loss"] for p in new]).sum() if new else torch.zeros(())
+                check_finite(minibatch_loss, f"the loss at step {self.trainer.global_step}")
                 if self.hp.max_grad_norm is not None:
                     self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
                 optimizer.step()
@@ -302,9 +309,8 @@ class FGRPOModule(L.LightningModule):
         num_steps = self.hp.num_iterations * num_minibatches
         tokens_per_s = sum(float(p["tokens"]) for p in pieces) / max(elapsed, 1e-9)
         values = train_stats(pieces, num_steps, tokens_per_s)
-        values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.hp.gamma, mask)
+        values |= global_rollout_stats(rollout, advantages, self.hp.gamma)
         values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
-        values |= {f"rollout/{key}": float(value) for key, value in rollout.stats.items()}
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
         self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
         return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
@@ -341,12 +347,20 @@ class FGRPOModule(L.LightningModule):
         """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss."""
         mask = rollout.completion_mask
         mb_rows, mb_tokens = len(rows), mask[rows].sum()
+        rows_before_skip = rows
         if self.hp.skip_zero_advantage and self.hp.beta == 0:
             rows = rows[flat_adv[rows] != 0]
+        chunks = list(rows.split(self.hp.micro_batch_rows)) if len(rows) else []
+        real_chunks = len(chunks)
+        # DDP all-reduces gradients in every backward: every rank must run as many as the busiest one, or a rank
+        # whose rows were all skipped (zero advantage) leaves the others waiting. Padding backwards have zero loss.
+        if self._trainer is not None and self.trainer.world_size > 1:
+            chunks += [rows_before_skip[:1]] * (global_max(real_chunks) - real_chunks)
         pieces: list[dict[str, Tensor]] = []
-        for chunk in rows.split(self.hp.micro_batch_rows) if len(rows) else ():
+        for index, chunk in enumerate(chunks):
             out = self._logp(self.policy, rollout, chunk, with_entropy=True)
             agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
+            share = agg.share if index < real_chunks else 0.0
             loss, piece = policy_loss(
                 out.logp,
                 train_old[chunk] if train_old is not None else None,
@@ -362,10 +376,12 @@ class FGRPOModule(L.LightningModule):
                 importance_weights=is_weights[chunk] if is_weights is not None else None,
             )
             if self._trainer is not None:
-                self.manual_backward(loss * agg.share)
+                self.manual_backward(loss * share)
             else:  # used outside a Trainer (backward_on from a user's own loop or a test)
-                (loss * agg.share).backward()
-            piece["loss"] = (loss * agg.share).detach()
+                (loss * share).backward()
+            if index >= real_chunks:
+                continue  # a padding backward: no statistics
+            piece["loss"] = (loss * share).detach()
             piece["tokens"] = mask[chunk].sum()
             assert out.entropy is not None
             piece["entropy_sum"] = (out.entropy * mask[chunk]).sum()
@@ -381,7 +397,8 @@ class FGRPOModule(L.LightningModule):
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
         rollout = batch.take_rollout()
         self.pass_at_k.update(rollout.correct)
-        self.log("val/reward_mean", float(torch.nanmean(rollout.rewards)), batch_size=rollout.num_prompts)
+        reward = float(torch.nanmean(rollout.rewards))
+        self.log("val/reward_mean", reward, batch_size=rollout.num_prompts, sync_dist=True)
 
     def _log_pass_at_k(self, split: str) -> None:
         """Log ``{split}/pass_at_k`` accumulated over the epoch and reset (nothing when no problem was seen)."""
