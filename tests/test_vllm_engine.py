@@ -158,6 +158,16 @@ def test_generate_shapes_and_logprobs(llama_tied: Any) -> None:
     assert (tmp := Path(engine.llm.llm_engine.model_config.model)).joinpath("tokenizer.json").exists(), tmp
 
 
+def test_per_prompt_seeds_make_a_prompts_samples_independent_of_the_call(llama_tied: Any) -> None:
+    _, engine = llama_tied
+    cfg = SamplingConfig(n=3, temperature=1.2, max_tokens=8, seed=None)
+    together = engine.generate(PROMPTS, cfg, seeds=[7, 8, 9])
+    alone = engine.generate(PROMPTS[2:], cfg, seeds=[9])  # prompt 2 alone, its own seed
+    assert together.completion_ids[6:9] == alone.completion_ids
+    with pytest.raises(ValueError, match="1 seeds for 3 prompts"):
+        engine.generate(PROMPTS, cfg, seeds=[1])
+
+
 def test_sync_tied_llama(llama_tied: Any) -> None:
     model, engine = llama_tied
     run_sync_scenario(engine, model, tied=True)
