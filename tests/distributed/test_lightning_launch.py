@@ -145,8 +145,21 @@ def failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, s
         )
         for kind in FAILURES
     ]
+    # and a run where rank 1 skips every row (zero advantages): padded backwards keep DDP's all-reduces in step
+    flat = ["--devices", "2", "--warm-steps", "0", "--flat-reward-rank", "1"]
+    commands.append((_command(root / "flat", *flat), base_env()))
     results = run_processes(commands, timeout=180)
-    return {kind: (status, output, root / kind) for kind, (status, output) in zip(FAILURES, results)}
+    return {kind: (status, output, root / kind) for kind, (status, output) in zip([*FAILURES, "flat"], results)}
+
+
+def test_a_rank_with_no_active_group_does_not_hang_ddp(failures: dict[str, tuple[int, str, Path]]) -> None:
+    status, output, out = failures["flat"]
+    assert status == 0, output[-3000:]
+    rank0, rank1 = summary(out, 0), summary(out, 1)
+    for step in range(STEPS):  # rank 1's half of the groups is inactive, rank 0 has active ones
+        assert 0 < rank0["logged"][step]["rollout/frac_active_groups"] <= 0.5
+        assert_same_numbers(rank0["logged"][step], rank1["logged"][step], skip=TIMING)  # reduced on both ranks
+    assert max_gap(weights(out, 0), weights(out, 1)) == 0.0  # rank 1 took part in every gradient all-reduce
 
 
 @pytest.mark.parametrize("kind", list(FAILURES))

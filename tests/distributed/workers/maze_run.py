@@ -157,6 +157,11 @@ class PoisonWeights(L.Callback):
                 policy.get_input_embeddings().weight.fill_(float("nan"))
 
 
+def flat_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
+    """The same reward for every completion: every group has zero advantage, so every row is skipped."""
+    return [0.0] * len(completions)
+
+
 def install_rollout_crash(rank: int, fail_step: int) -> None:
     """An exception escaping the rollout on ``rank`` at ``step``. (Reward scoring turns a reward function's own
     exception into an unscorable row, so the crash is raised from the collector, as a broken reward setup would.)"""
@@ -184,6 +189,9 @@ def main() -> None:
     parser.add_argument("--resume", type=Path, default=None, help="a checkpoint to resume from")
     parser.add_argument("--validate", action="store_true", help="validation pass@k after the last step")
     parser.add_argument("--fail-rank", type=int, default=None, help="the rank that fails at step 1")
+    parser.add_argument(
+        "--flat-reward-rank", type=int, default=None, help="a rank whose groups all have zero advantage"
+    )
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -199,6 +207,9 @@ def main() -> None:
     if args.validate:
         trainer |= {"limit_val_batches": None, "val_check_interval": args.steps, "check_val_every_n_epoch": None}
         settings["model"]["val_pass_at_k"] = [1, 4]
+    if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
+        flat = "tests.distributed.workers.maze_run:flat_reward"
+        callbacks[1]["init_args"] |= {"reward_funcs": [flat], "correctness": flat}
     if args.fail_rank is not None and args.fail_rank == this_rank(args.devices):
         if args.fail_kind == "rollout":
             install_rollout_crash(args.fail_rank, fail_step=1)
