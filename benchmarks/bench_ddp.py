@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -72,8 +73,8 @@ def worker_config(out: Path, devices: int, steps: int, warm_steps: int) -> dict[
         callbacks.append(callback)
     callbacks.append({"class_path": "bench_ddp.StepClock", "init_args": {"out": str(out)}})
     trainer["callbacks"] = callbacks
-    # DDP all-reduces in every backward, so every rank must run the same number of them.
-    settings["model"] |= {"save_pretrained_dir": None, "skip_zero_advantage": False}
+    # skip_zero_advantage stays on (the default): the module pads ranks to equal numbers of backwards under DDP.
+    settings["model"] |= {"save_pretrained_dir": None}
     return settings
 
 
@@ -90,6 +91,12 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def run_contender(devices: int, threads: int, steps: int, warm_steps: int, tmp: Path, tag: str) -> float:
     out = tmp / f"{tag}.json"
     env = dict(os.environ) | {
@@ -97,6 +104,7 @@ def run_contender(devices: int, threads: int, steps: int, warm_steps: int, tmp: 
         "MKL_NUM_THREADS": str(threads),
         "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "benchmarks")]),
         "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "TOKENIZERS_PARALLELISM": "false",
     }

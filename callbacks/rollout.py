@@ -31,6 +31,7 @@ from torch import nn
 from typing_extensions import override
 
 from lit_fgrpo.callbacks.async_rollouts import AsyncRolloutDriver, check_async_settings
+from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.module import FGRPOModule
@@ -49,14 +50,10 @@ from lit_fgrpo.timing import PhaseTimer
 
 log = logging.getLogger(__name__)
 
-VAL_SEED_OFFSET = 1_000_003
-"""Validation sampling seeds are ``seed + VAL_SEED_OFFSET + EVAL_BATCH_STRIDE * batch_idx``: never a training seed."""
-TEST_SEED_OFFSET = 2_000_003
-"""Test sampling seeds, offset like the validation ones."""
-EVAL_BATCH_STRIDE = 7919
-"""Seed stride between evaluation batches (a prime, so batches of different runs do not line up)."""
+TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
+"""The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
 DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
-"""Dynamic-sampling round r > 0 of training step s samples with ``seed + s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
+"""Dynamic-sampling round r of training step s seeds its prompts with step ``s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
 
 
 @runtime_checkable
@@ -116,7 +113,9 @@ class RolloutCallback(L.Callback):
         engine_kwargs: extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype,
             max_model_len, enable_sleep_mode, ...).
         hf_chunk_size: most rows per HF ``generate`` call.
-        seed: base sampling seed; training step s samples with seed + s, so a resumed run repeats exactly.
+        seed: base sampling seed; prompt p at step s samples with ``prompt_seed(seed, p.position, s, stream)``
+            (stream 0 train, 1 validation, 2 test), so a resumed run repeats exactly and the completions a prompt
+            gets do not depend on the number of ranks.
         reward_timeout: seconds one reward call may take; a call past it makes its rows unscorable (counted,
             logged as ``rollout/reward_timeouts``). None = no limit.
         reward_isolation: run timed reward calls in a ``thread`` (thread-safe functions) or a worker ``process``
@@ -310,8 +309,10 @@ class RolloutCallback(L.Callback):
         self.last_sync_step = trainer.global_step
         self._engine_stale = False
         metrics = {"rollout/sync_seconds": elapsed}
-        if self._sync_probe_rows > 0 and self._probe is not None:
-            metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
+        # A failed check on one rank stops every rank with its message (not a hang in the next all-reduce).
+        with fail_together(f"the weight sync at step {trainer.global_step}"):
+            if self._sync_probe_rows > 0 and self._probe is not None:
+                metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
         if trainer.logger is not None:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
@@ -349,23 +350,25 @@ class RolloutCallback(L.Callback):
         return check_logprob_gap(engine_lp, trainer_lp, self._sync_tolerance, where)
 
     # ------------------------------------------------------------------ rollouts
-    def collect(self, batch: PromptBatch, sampling: SamplingConfig) -> RolloutBatch:
-        """Sample and score one batch through the collector; remembers a few rows as the next sync probe."""
-        rollout = self._build_engine().collect(batch.records, sampling)
+    def collect(self, batch: PromptBatch, sampling: SamplingConfig, step: int = 0, stream: int = 0) -> RolloutBatch:
+        """Sample and score one batch through the collector; remembers a few rows as the next sync probe.
+
+        ``step`` and ``stream`` seed each prompt (see :meth:`lit_fgrpo.rollout.collect.RolloutCollector.collect`).
+        """
+        rollout = self._build_engine().collect(batch.records, sampling, step=step, stream=stream)
         rows = min(self._sync_probe_rows, len(rollout.completion_ids))
         G = rollout.group_size
         self._probe = ([rollout.prompt_ids[r // G] for r in range(rows)], rollout.completion_ids[:rows])
         return rollout
 
-    def train_sampling(self, step: int) -> SamplingConfig:
-        """Sampling of training step ``step``: seeded ``seed + step``, so a resumed run repeats exactly."""
-        return replace(self.sampling, seed=self._seed + step)
+    def train_sampling(self) -> SamplingConfig:
+        """Sampling of training rollouts, with the base seed (each prompt's seed adds its position and the step)."""
+        return replace(self.sampling, seed=self._seed)
 
-    def eval_sampling(self, batch_idx: int, offset: int = VAL_SEED_OFFSET) -> SamplingConfig:
-        """Sampling of evaluation batch ``batch_idx``: ``val_samples`` per prompt, seeds apart from training."""
+    def eval_sampling(self) -> SamplingConfig:
+        """Sampling of evaluation batches: ``val_samples`` per prompt, the validation temperature, the base seed."""
         temperature = self._val_temperature or self.sampling.temperature
-        seed = self._seed + offset + EVAL_BATCH_STRIDE * batch_idx
-        return replace(self.sampling, n=self._val_samples, temperature=temperature, seed=seed)
+        return replace(self.sampling, n=self._val_samples, temperature=temperature, seed=self._seed)
 
     @override
     def on_train_batch_start(
@@ -384,7 +387,10 @@ class RolloutCallback(L.Callback):
             self._ensure_synced(trainer, batch.prompt_ids, evaluation=False)
         start = time.perf_counter()
         if self.dynamic_sampling is None:
-            batch.rollout = rollout = self.collect(batch, self.train_sampling(trainer.global_step))
+            step = trainer.global_step
+            # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
+            with fail_together(f"the rollout at step {step}"):
+                batch.rollout = rollout = self.collect(batch, self.train_sampling(), step, TRAIN_STREAM)
         else:
             batch.rollout = rollout = self._dynamic_rollout(trainer, pl_module, len(batch.records))
         # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
@@ -399,14 +405,15 @@ class RolloutCallback(L.Callback):
         """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
         assert self.dynamic_sampling is not None and self.collector is not None
         source = self._prompt_source(trainer)
-        sampling = self.train_sampling(trainer.global_step)
+        sampling = self.train_sampling()
         rounds = 0
 
         def draw(count: int) -> RolloutBatch:
             nonlocal rounds
-            seed = self._seed + trainer.global_step + rounds * DYNAMIC_ROUND_SEED_OFFSET
+            # drawn prompts carry their own stream positions; the round offset keeps seeds apart regardless
+            step = trainer.global_step + rounds * DYNAMIC_ROUND_SEED_OFFSET
             rounds += 1
-            return self.collect(PromptBatch(source.draw_prompts(count)), replace(sampling, seed=seed))
+            return self.collect(PromptBatch(source.draw_prompts(count)), sampling, step, TRAIN_STREAM)
 
         weight = pl_module.applied_group_weight if isinstance(pl_module, FGRPOModule) else None
         rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, self.collector.pad_token_id)
@@ -443,7 +450,7 @@ class RolloutCallback(L.Callback):
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         with self._engine_turn():
             self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-            batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+            batch.rollout = self.collect(batch, self.eval_sampling(), trainer.global_step, VAL_STREAM)
 
     @override
     def on_test_batch_start(
@@ -452,7 +459,7 @@ class RolloutCallback(L.Callback):
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         with self._engine_turn():
             self._ensure_synced(trainer, batch.prompt_ids, evaluation=True)
-            batch.rollout = self.collect(batch, self.eval_sampling(batch_idx, TEST_SEED_OFFSET))
+            batch.rollout = self.collect(batch, self.eval_sampling(), trainer.global_step, TEST_STREAM)
 
     # ------------------------------------------------------------------ start of a stage
     @override
@@ -517,8 +524,9 @@ class RolloutCallback(L.Callback):
         batches = self._val_batches(trainer)
         # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.progress)
         with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
-            for batch_idx, records in enumerate(batches):
-                rollout = self.collect(PromptBatch(list(records)), self.eval_sampling(batch_idx, VAL_SEED_OFFSET))
+            for records in batches:
+                sampling = self.eval_sampling()
+                rollout = self.collect(PromptBatch(list(records)), sampling, trainer.global_step, VAL_STREAM)
                 metric.update(rollout.correct)
                 bar.update(1)
         if float(metric.num_problems) == 0:
@@ -530,7 +538,7 @@ class RolloutCallback(L.Callback):
     # ------------------------------------------------------------------ asynchronous rollouts (issue 11)
     def _collect_ahead(self, records: Any, step: int) -> RolloutBatch:
         """The runner's sampling of training batch ``step`` (generator thread): seeded as the synchronous step."""
-        return self.collect(PromptBatch(list(records)), self.train_sampling(step))
+        return self.collect(PromptBatch(list(records)), self.train_sampling(), step, TRAIN_STREAM)
 
     def _push_from_runner(self) -> None:
         """The runner's weight push (trainer thread, generator paused): sync and check, as the synchronous loop."""
@@ -578,9 +586,9 @@ class RolloutCallback(L.Callback):
 
 __all__ = [
     "DYNAMIC_ROUND_SEED_OFFSET",
-    "EVAL_BATCH_STRIDE",
-    "TEST_SEED_OFFSET",
-    "VAL_SEED_OFFSET",
+    "TEST_STREAM",
+    "TRAIN_STREAM",
+    "VAL_STREAM",
     "PromptSource",
     "RolloutCallback",
     "RolloutConsumer",

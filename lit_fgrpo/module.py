@@ -30,12 +30,14 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_fgrpo.distributed import global_max, per_rank_mini_batch
+from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType, group_advantages
 from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
-from lit_fgrpo.objectives.diagnostics import mismatch_stat, rollout_stats, train_stats
+from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
 from lit_fgrpo.objectives.hparam_checks import check_module_numbers
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
@@ -71,7 +73,8 @@ class FGRPOModule(L.LightningModule):
         scale_rewards: divide by the group std ("group"), the batch std ("batch") or not at all ("none").
         advantage_eps: added to the std (verl 1e-6, TRL 1e-4).
         num_iterations: passes over each rollout batch (mu); > 1 stores old log-probs.
-        mini_batch_prompts: prompts per optimizer step; None = one step per rollout batch.
+        mini_batch_prompts: prompts per optimizer step over all ranks (global, like ``prompts_per_step``; each rank
+            takes its share); None = one step per rollout batch.
         micro_batch_rows: rows per forward/backward; gradients accumulate over a mini-batch.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
@@ -310,7 +313,8 @@ class FGRPOModule(L.LightningModule):
         advantages = self.advantages(rollout)  # (P, G)
         flat_adv = advantages.reshape(-1)  # (B,)
         mask = rollout.completion_mask  # (B, T)
-        prompts_per_step = self.hp.mini_batch_prompts or P
+        world = self.trainer.world_size
+        prompts_per_step = per_rank_mini_batch(self.hp.mini_batch_prompts, world) or P
         num_minibatches = math.ceil(P / prompts_per_step)
         # In one pass with one optimizer step the live log-probs are the old ones: no extra forward (the
         # importance weights, row-local, are then computed per micro-batch from the live log-probs).
@@ -322,7 +326,6 @@ class FGRPOModule(L.LightningModule):
             is_weights = truncated_importance_weights(
                 train_old, rollout.sampling_logp, mask, self.hp.importance_correction, self.hp.importance_cap
             )  # (B, T) or (B, 1)
-        world = self.trainer.world_size
         global_tokens = mask.sum()
         if world > 1:
             global_tokens = self.trainer.strategy.reduce(global_tokens, reduce_op="sum")
@@ -346,6 +349,8 @@ class FGRPOModule(L.LightningModule):
                 step_loss = torch.stack([p["loss"] for p in step_pieces]).sum() if step_pieces else None
                 with self.timer.phase("optimizer"):
                     # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
+                    # Under DDP the gradients are all-reduced, so a non-finite loss on one rank makes every rank skip
+                    # (and, after max_nonfinite_skips in a row, stop) together: no rank waits in a collective.
                     if not self.nonfinite_guard.check(self.global_step, step_loss, self.policy.named_parameters()):
                         optimizer.zero_grad(
                             set_to_none=True
@@ -361,9 +366,8 @@ class FGRPOModule(L.LightningModule):
         self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
         values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
         values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
-        values |= rollout_stats(rollout.rewards, rollout.correct, advantages, self.applied_group_weight, mask)
+        values |= global_rollout_stats(rollout, advantages, self.applied_group_weight)  # over all ranks
         values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
-        values |= {f"rollout/{key}": float(value) for key, value in rollout.stats.items()}
         self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
         self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
         return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
@@ -419,14 +423,22 @@ class FGRPOModule(L.LightningModule):
         """
         mask = rollout.completion_mask  # (B, T)
         mb_rows, mb_tokens = len(rows), mask[rows].sum()
+        rows_before_skip = rows
         if self.hp.skip_zero_advantage and self.hp.beta == 0:
             rows = rows[flat_adv[rows] != 0]
         T = rollout.completion_length
         lengths = rollout.attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
         rows = rows[torch.argsort(lengths[rows], stable=True)]
         one_pass_weights = train_old is None and self.hp.importance_correction != "none"
+        chunks = list(rows.split(self.hp.micro_batch_rows)) if len(rows) else []
+        real_chunks = len(chunks)
+        # DDP all-reduces gradients in every backward: every rank must run as many as the busiest one, or a rank
+        # whose rows were all skipped (zero advantage) leaves the others waiting. Padding backwards have zero loss.
+        if self._trainer is not None and self.trainer.world_size > 1:
+            chunks += [rows_before_skip[:1]] * (global_max(real_chunks) - real_chunks)
         pieces: list[dict[str, Tensor]] = []
-        for chunk in rows.split(self.hp.micro_batch_rows) if len(rows) else ():
+        for index, chunk in enumerate(chunks):
+            share_of = 1.0 if index < real_chunks else 0.0  # 0 for a padding backward
             width = max(1, int(lengths[chunk].max()))
             cols = slice(0, width)
             m = mask[chunk][:, cols]  # (b, w)
@@ -439,6 +451,7 @@ class FGRPOModule(L.LightningModule):
                         out.logp.detach(), sampling_logp, m, self.hp.importance_correction, self.hp.importance_cap
                     )
                 agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
+                share = agg.share * share_of
                 loss, piece = policy_loss(
                     out.logp,
                     train_old[chunk][:, cols] if train_old is not None else None,
@@ -455,10 +468,12 @@ class FGRPOModule(L.LightningModule):
                 )
             with self.timer.phase("backward"), train_mode(self.policy):
                 if self._trainer is not None:
-                    self.manual_backward(loss * agg.share)
+                    self.manual_backward(loss * share)
                 else:  # used outside a Trainer (backward_on from a user's own loop or a test)
-                    (loss * agg.share).backward()
-            piece["loss"] = (loss * agg.share).detach()
+                    (loss * share).backward()
+            if index >= real_chunks:
+                continue  # a padding backward: no statistics
+            piece["loss"] = (loss * share).detach()
             piece["tokens"] = m.sum()
             if out.entropy is not None:
                 piece["entropy_sum"] = (out.entropy * m).sum()
@@ -489,7 +504,8 @@ class FGRPOModule(L.LightningModule):
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
         rollout = batch.take_rollout()
         self.pass_at_k.update(rollout.correct)
-        self.log("val/reward_mean", float(torch.nanmean(rollout.rewards)), batch_size=rollout.num_prompts)
+        reward = float(torch.nanmean(rollout.rewards))
+        self.log("val/reward_mean", reward, batch_size=rollout.num_prompts, sync_dist=True)
 
     def _log_pass_at_k(self, split: str) -> None:
         """Log ``{split}/pass_at_k`` accumulated over the epoch and reset (nothing when no problem was seen)."""

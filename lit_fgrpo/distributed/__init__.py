@@ -6,18 +6,21 @@ pieces the library needs to give the same result on any rank layout.
 
 from lit_fgrpo.distributed.batching import per_rank_mini_batch, per_rank_share
 from lit_fgrpo.distributed.failures import RankFailure, check_finite, fail_together, raise_if_any_rank_failed
-from lit_fgrpo.distributed.reduction import global_mean, global_nanmean, global_sum
+from lit_fgrpo.distributed.reduction import gather_objects, global_max, global_mean, global_nanmean, global_sum
 from lit_fgrpo.distributed.seeding import prompt_seed
-from lit_fgrpo.distributed.weight_gather import full_tensor, iter_full_weights
+from lit_fgrpo.distributed.weight_gather import full_tensor, is_sharded, iter_full_weights
 
 __all__ = [
     "RankFailure",
     "check_finite",
     "fail_together",
     "full_tensor",
+    "gather_objects",
+    "global_max",
     "global_mean",
     "global_nanmean",
     "global_sum",
+    "is_sharded",
     "iter_full_weights",
     "per_rank_mini_batch",
     "per_rank_share",

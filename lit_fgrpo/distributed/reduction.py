@@ -6,6 +6,8 @@ rewards); reduce sums and counts, then divide. Without an initialised process gr
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -38,3 +40,25 @@ def global_nanmean(values: Tensor) -> Tensor:
     """Mean of the non-NaN entries of ``values`` over all ranks (e.g. the rollout rewards)."""
     valid = ~torch.isnan(values)
     return global_mean(torch.where(valid, values, torch.zeros_like(values)).sum(), valid.sum())
+
+
+def global_max(value: int) -> int:
+    """The largest ``value`` over ranks (e.g. the number of micro-batches every rank must run)."""
+    if not is_distributed():
+        return int(value)
+    out = torch.tensor([int(value)], dtype=torch.int64, device=collective_device())
+    dist.all_reduce(out, op=dist.ReduceOp.MAX)
+    return int(out.item())
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (picklable, e.g. small CPU tensors of logged statistics), in rank order; ``[obj]`` alone.
+
+    For statistics whose exact global value needs the items themselves (a median, a std, per-group rates) rather
+    than a sum and a count; keep ``obj`` small.
+    """
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -25,6 +25,11 @@ def full_tensor(tensor: Tensor) -> Tensor:
     return gather() if callable(gather) else tensor
 
 
+def is_sharded(model: Any) -> bool:
+    """Whether any parameter of ``model`` is a sharded ``DTensor`` (FSDP2): its weights must be gathered to push."""
+    return any(callable(getattr(p, "full_tensor", None)) for p in model.parameters())
+
+
 def _is_peft(model: Any) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
 

@@ -8,6 +8,7 @@ reshapes to (P, G) with ``.view(P, G)``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +32,8 @@ class SamplingConfig:
     stop_token_ids: list[int] = field(default_factory=list)
     """Token ids that end a completion (the stop token itself is kept and trained on). EOS is always a stop."""
     seed: int | None = None
-    """Base seed for sampling; ``None`` draws from the global RNG."""
+    """Base seed for sampling; ``None`` draws from the global RNG. Engines give prompt ``i`` the seed
+    ``seed + i * n`` unless ``generate`` receives per-prompt ``seeds``."""
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -64,8 +66,18 @@ class RolloutEngine(ABC):
     """
 
     @abstractmethod
-    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
-        """Sample ``sampling.n`` completions for each prompt (lists of token ids, no padding)."""
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> Generation:
+        """Sample ``sampling.n`` completions for each prompt (lists of token ids, no padding).
+
+        Args:
+            prompt_ids: P prompts.
+            sampling: sampling settings.
+            seeds: one seed per prompt. Prompt ``i``'s completions then depend only on ``seeds[i]`` and the weights,
+                not on the other prompts of the call (so not on the rank layout). ``None``: derived from
+                ``sampling.seed`` (``sampling.seed + i * n``), or unseeded when that is ``None`` too.
+        """
 
     @abstractmethod
     def sync_weights(self, model: nn.Module) -> None:

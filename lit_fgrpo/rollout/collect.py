@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lit_fgrpo.distributed.seeding import prompt_seed
 from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
@@ -82,14 +83,26 @@ class RolloutCollector:
         self.reward_isolation: Isolation = reward_isolation
 
     def collect(
-        self, records: Sequence[PromptRecord], sampling: SamplingConfig, seed: int | None = None
+        self,
+        records: Sequence[PromptRecord],
+        sampling: SamplingConfig,
+        seed: int | None = None,
+        step: int = 0,
+        stream: int = 0,
     ) -> RolloutBatch:
         """Sample ``sampling.n`` completions per record, score them and pack a :class:`RolloutBatch`.
+
+        With a base seed, prompt ``p`` is sampled with its own seed
+        ``prompt_seed(base, record.position, step, stream)`` (the record's index in ``records`` when it has no
+        stream position), so what a prompt gets depends on its global position and the step, not on the rank
+        that holds it or the prompts that share its ``generate`` call.
 
         Args:
             records: P prompt records (``prompt``, ``prompt_ids``, ``columns`` for the reward functions).
             sampling: sampling settings; ``sampling.n`` is G.
-            seed: overrides ``sampling.seed`` (``None`` keeps it).
+            seed: overrides ``sampling.seed`` as the base seed (``None`` keeps it; both ``None``: unseeded).
+            step: the trainer's global step (repeated evaluation passes and training steps draw afresh).
+            stream: which stream the records come from (0 train, 1 validation, 2 test: their positions overlap).
 
         Returns:
             The rollout: tensors (B = P * G rows, prompt-major), (P, G) rewards and verdicts, texts, token ids and
@@ -102,7 +115,11 @@ class RolloutCollector:
         prompt_ids = [list(record.prompt_ids) for record in records]
         self.engine.wake_up()
         start = time.perf_counter()
-        generation = self.engine.generate(prompt_ids, sampling)
+        seeds = None
+        if sampling.seed is not None:
+            positions = [i if record.position is None else record.position for i, record in enumerate(records)]
+            seeds = [prompt_seed(sampling.seed, position, step, stream) for position in positions]
+        generation = self.engine.generate(prompt_ids, sampling, seeds)
         gen_seconds = time.perf_counter() - start
         completions = self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
         prompts = [record.prompt for record in records for _ in range(G)]

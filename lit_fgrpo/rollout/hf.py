@@ -8,15 +8,24 @@ log-probs are those of the trainer's policy (up to batching noise):
 
 where ``z`` are the raw logits (before top-k / top-p filtering, which shape the sampler but are not the
 policy), ``τ`` the sampling temperature and ``y`` the sampled token.
+
+Per-prompt seeds. HF sampling draws from one global generator for the whole batch, so what a prompt gets would
+depend on which prompts share its call. Instead every row samples by the Gumbel-max trick with its own
+``torch.Generator``: ``y = argmax_v (s_v + g_v)`` with ``s`` the tempered, top-k/top-p filtered scores and
+``g_v = -log E_v``, ``E_v ~ Exp(1)`` drawn from the row's generator, which is an exact sample of ``softmax(s)``.
+Row ``j`` of prompt ``i`` seeds its generator from ``(seeds[i], j)``, so its tokens depend only on ``seeds[i]`` and
+the weights, never on the batch. ``generate`` then runs greedy decoding over these already-sampled scores.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
@@ -27,6 +36,54 @@ def _cut_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[int, bool]:
         if tok in stop_ids:
             return i + 1, True
     return len(tokens), False
+
+
+def prompt_seeds(sampling: SamplingConfig, num_prompts: int, seeds: Sequence[int] | None) -> list[int]:
+    """The per-prompt seeds: ``seeds`` as given, else ``sampling.seed + i * n`` (vLLM's convention), else drawn
+    from torch's global generator (an unseeded run stays reproducible under ``seed_everything``)."""
+    if seeds is not None:
+        if len(seeds) != num_prompts:
+            raise ValueError(f"generate: {len(seeds)} seeds for {num_prompts} prompts")
+        return [int(s) for s in seeds]
+    if sampling.seed is not None:
+        return [sampling.seed + i * sampling.n for i in range(num_prompts)]
+    return torch.randint(0, 2**SEED_BITS - 1, (num_prompts,)).tolist()
+
+
+class GumbelSampler:
+    """A logits processor that samples each row with its own generator and records the sampling log-probs.
+
+    Called by ``generate`` once per step with the (R, V) raw logits; returns scores that are ``0`` at the sampled
+    token and ``-inf`` elsewhere, so greedy decoding picks it. Keeps only the (R,) log-prob of the sampled token per
+    step, never the full-vocabulary logits of every step.
+    """
+
+    def __init__(self, row_seeds: list[int], sampling: SamplingConfig, device: torch.device) -> None:
+        from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+        self.generators = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
+        self.temperature = sampling.temperature
+        self.warpers: list[Any] = []
+        if sampling.top_k > 0:
+            self.warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
+        if sampling.top_p < 1.0:
+            self.warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
+        self.step_logprobs: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        tempered = scores.float() / self.temperature  # (R, V)
+        logp = torch.log_softmax(tempered, dim=-1)  # (R, V)
+        filtered = tempered
+        for warper in self.warpers:
+            filtered = warper(input_ids, filtered)  # (R, V), -inf outside top-k / top-p
+        noise = torch.empty_like(filtered)  # (R, V)
+        for row, generator in enumerate(self.generators):
+            noise[row].exponential_(generator=generator)  # E ~ Exp(1): -log E is Gumbel(0, 1)
+        tokens = (filtered - noise.log()).argmax(dim=-1)  # (R,)
+        self.step_logprobs.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))  # (R,)
+        out = torch.full_like(scores, float("-inf"))  # (R, V)
+        out.scatter_(-1, tokens.unsqueeze(-1), 0.0)
+        return out
 
 
 class HFEngine(RolloutEngine):
@@ -70,57 +127,63 @@ class HFEngine(RolloutEngine):
     def _generation_config(self, sampling: SamplingConfig, stop_ids: list[int]) -> Any:
         from transformers import GenerationConfig
 
+        # Greedy over the GumbelSampler's scores: the sampling itself (temperature, top-k, top-p) happens there.
         return GenerationConfig(
-            do_sample=True,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
             max_new_tokens=sampling.max_tokens,
             min_new_tokens=0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
-            typical_p=1.0,
             num_return_sequences=1,
             eos_token_id=stop_ids,
             pad_token_id=self.pad_token_id,
             use_cache=True,
             return_dict_in_generate=True,
-            output_logits=True,
         )
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> Generation:
         """Sample ``sampling.n`` completions per prompt; rows are prompt-major (row ``i * n + j``).
 
-        Rows are expanded to ``P * n`` left-padded copies and sent in chunks of at most ``chunk_size``
-        rows (equivalent to ``num_return_sequences=n``, which expands the same way internally). Under a
-        fixed ``sampling.seed`` the result is deterministic and the global RNG is left untouched.
+        Rows are expanded to ``P * n`` left-padded copies and sent in chunks of at most ``chunk_size`` rows.
+        Row ``j`` of prompt ``i`` samples from its own generator seeded ``prompt_seed(seeds[i], j, 0)``, so prompt
+        ``i``'s completions depend only on ``seeds[i]`` and the weights (up to float noise of batching), not on the
+        other prompts of the call. The global RNG is left untouched when a seed is given.
+
+        Args:
+            prompt_ids: P prompts (token ids, no padding).
+            sampling: sampling settings.
+            seeds: one seed per prompt; ``None`` derives them from ``sampling.seed`` (see :func:`prompt_seeds`).
         """
         if not prompt_ids:
             return Generation(completion_ids=[], sampling_logprobs=[], finished=[])
         stop_list = [self.eos_token_id] + [int(s) for s in sampling.stop_token_ids if int(s) != self.eos_token_id]
         stop_set = set(stop_list)
         gen_cfg = self._generation_config(sampling, stop_list)
+        per_prompt = prompt_seeds(sampling, len(prompt_ids), seeds)
         rows = [p for p in prompt_ids for _ in range(sampling.n)]  # B = P * n, prompt-major
+        row_seeds = [prompt_seed(s, j, 0) for s in per_prompt for j in range(sampling.n)]  # (B,)
 
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
-        devices = [self.device] if self.device.type == "cuda" else []
-        with eval_mode(self.model), torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
-            if sampling.seed is not None:
-                torch.manual_seed(sampling.seed)
+        with eval_mode(self.model):
             for start in range(0, len(rows), self.chunk_size):
                 chunk = rows[start : start + self.chunk_size]
                 input_ids, attn = self._left_pad(chunk)  # (R, L)
-                out = self.model.generate(input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg)  # type: ignore[operator]
-                new = out.sequences[:, input_ids.shape[1] :]  # (R, T_new)
-                logits = torch.stack(out.logits, dim=1).float()  # (R, T_new, V)
-                logp = torch.log_softmax(logits / sampling.temperature, dim=-1)  # (R, T_new, V)
-                tok_logp = logp.gather(-1, new.unsqueeze(-1)).squeeze(-1).cpu()  # (R, T_new)
-                new_cpu = new.cpu()
-                for r in range(new_cpu.shape[0]):
-                    toks = new_cpu[r].tolist()
+                sampler = GumbelSampler(row_seeds[start : start + self.chunk_size], sampling, input_ids.device)
+                out = self.model.generate(  # type: ignore[operator]
+                    input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg, logits_processor=[sampler]
+                )
+                new = out.sequences[:, input_ids.shape[1] :].cpu()  # (R, T_new)
+                tok_logp = torch.stack(sampler.step_logprobs, dim=1).cpu()  # (R, T_new)
+                for r in range(new.shape[0]):
+                    toks = new[r].tolist()
                     length, done = _cut_at_stop(toks, stop_set)
                     completions.append(toks[:length])
                     logprobs.append(tok_logp[r, :length].tolist())

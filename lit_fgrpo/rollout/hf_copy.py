@@ -5,17 +5,14 @@ synchronous loop and wrong for asynchronous rollouts (the optimizer would change
 This engine deep-copies the policy once (frozen, eval mode) and :meth:`sync_weights` copies the trainer's tensors
 into it in place, so the engine holds exactly the weights of the last push until the next one.
 
-Caveat for asynchronous use: ``generate`` with a seed forks and reseeds torch's *global* CPU generator (HF
-sampling has no generator argument). The generator thread is then deterministic only while the trainer thread
-neither draws from the global generator during a step (no dropout, the library's default) nor saves and restores
-its state (``torch.utils.checkpoint`` with ``preserve_rng_state=True``, as the policy's own gradient checkpointing
-does; the library's chunked log-prob head turns it off). Otherwise results stay correct, only not reproducible.
-vLLM seeds per request and has no such caveat.
+Seeded generation samples every row from its own ``torch.Generator`` (see :mod:`lit_fgrpo.rollout.hf`), so a
+generator thread never touches torch's global RNG and the trainer thread cannot disturb it.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -62,9 +59,11 @@ class HFCopyEngine(RolloutEngine):
         for name, tensor in target.items():
             tensor.copy_(source[name])
 
-    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> Generation:
         """Sample with the copied weights; see :meth:`lit_fgrpo.rollout.hf.HFEngine.generate`."""
-        return self._inner.generate(prompt_ids, sampling)
+        return self._inner.generate(prompt_ids, sampling, seeds)
 
     def score(
         self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0

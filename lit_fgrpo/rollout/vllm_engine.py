@@ -18,12 +18,14 @@ Multiprocess mode is vLLM's default (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, needs
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from lit_fgrpo.distributed.weight_gather import is_sharded, iter_full_weights
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, policy_state_dict, state_dict_to_blob
@@ -145,12 +147,26 @@ class VLLMEngine(RolloutEngine):
         stops = [] if self.eos_token_id is None else [int(self.eos_token_id)]
         return stops + [int(s) for s in sampling.stop_token_ids if int(s) not in stops]
 
-    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Generation:
-        """Sample ``sampling.n`` completions per prompt, rows prompt-major; prompt ``i`` uses seed ``seed + i*n``."""
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> Generation:
+        """Sample ``sampling.n`` completions per prompt, rows prompt-major; one request per prompt.
+
+        Prompt ``i`` is sampled with ``SamplingParams(seed=seeds[i])`` (default ``sampling.seed + i * n``), so
+        its completions depend on its own seed only, not on the other requests of the call.
+        """
         from vllm import SamplingParams
 
         if not prompt_ids:
             return Generation(completion_ids=[], sampling_logprobs=[], finished=[])
+        if seeds is not None and len(seeds) != len(prompt_ids):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompt_ids)} prompts")
+        if seeds is None:
+            seeds_or_none: list[int | None] = [
+                None if sampling.seed is None else sampling.seed + i * sampling.n for i in range(len(prompt_ids))
+            ]
+        else:
+            seeds_or_none = [int(s) for s in seeds]
         params = [
             SamplingParams(
                 n=sampling.n,
@@ -159,11 +175,11 @@ class VLLMEngine(RolloutEngine):
                 top_k=sampling.top_k if sampling.top_k > 0 else 0,
                 max_tokens=sampling.max_tokens,
                 stop_token_ids=self._stop_ids(sampling),
-                seed=None if sampling.seed is None else sampling.seed + i * sampling.n,
+                seed=seed,
                 logprobs=0,
                 detokenize=False,
             )
-            for i in range(len(prompt_ids))
+            for seed in seeds_or_none
         ]
         prompts: Any = [{"prompt_token_ids": list(p)} for p in prompt_ids]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -208,6 +224,21 @@ class VLLMEngine(RolloutEngine):
         driver = getattr(executor, "driver_worker", None)
         return getattr(driver, "worker", None)
 
+    def push_weights(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Stream ``(name, full tensor)`` pairs into the engine: each is copied to CPU before the next is asked
+        for, so a gathering iterator never holds more than one full tensor (multiprocess mode collects them on the
+        CPU first)."""
+        if self._sleeping:
+            self.wake_up()
+        dtype = getattr(torch, self.dtype)
+        tensors = ((k, v.detach().to("cpu", dtype, copy=True)) for k, v in weights)
+        worker = self._driver_worker()
+        if worker is not None:
+            worker.reload_weights(weights_iterator=tensors)
+        else:
+            self.llm.collective_rpc("load_safetensors_blob", args=(state_dict_to_blob(dict(tensors)),))
+        self.llm.reset_prefix_cache()
+
     def push_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Reload the engine's weights in place from checkpoint-format tensors, then drop the prefix cache.
 
@@ -226,7 +257,15 @@ class VLLMEngine(RolloutEngine):
         self.llm.reset_prefix_cache()
 
     def sync_weights(self, model: nn.Module) -> None:
-        """Push the policy's full state dict (``lm_head.weight`` included; PEFT LoRA merged then unmerged)."""
+        """Push the policy's full state dict (``lm_head.weight`` included; PEFT LoRA merged then unmerged).
+
+        A sharded (FSDP2) policy is gathered one tensor at a time by
+        :func:`lit_fgrpo.distributed.iter_full_weights` (LoRA merged on the fly) and streamed into the engine:
+        every rank must call this (each gather is a collective).
+        """
+        if is_sharded(model):
+            self.push_weights(iter_full_weights(model))
+            return
         merge = hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
         if merge:
             model.merge_adapter()  # type: ignore[operator]

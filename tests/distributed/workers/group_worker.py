@@ -2,7 +2,8 @@
 
 group_worker.py gather [--lora]      full weights of an FSDP2-sharded tiny Qwen2 vs the unsharded state dict
 group_worker.py fail RANK            RANK raises inside fail_together; every rank must raise with its message
-group_worker.py reduce               global_sum / global_nanmean against the closed form
+group_worker.py reduce               global_sum / global_nanmean / global_max against the closed form; the logged
+                                     rollout statistics of 2 ranks against those of the whole batch in one process
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from lit_fgrpo.distributed import RankFailure, fail_together, global_nanmean, global_sum, iter_full_weights
+from lit_fgrpo.distributed import (
+    RankFailure,
+    fail_together,
+    global_max,
+    global_nanmean,
+    global_sum,
+    iter_full_weights,
+)
+from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
+from lit_fgrpo.objectives import group_advantages
+from lit_fgrpo.objectives.diagnostics import rollout_stats
+from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.vllm_worker import policy_state_dict
 
 
@@ -99,7 +111,38 @@ def reduce() -> None:
     expected_mean = expected_sum / sum(r + 1 for r in range(world))  # the count-weighted mean, not mean of means
     assert float(global_sum(torch.nansum(values))) == expected_sum
     assert abs(float(global_nanmean(values)) - expected_mean) < 1e-12
+    assert global_max(3 * rank) == 3 * (world - 1)
+    rollout_statistics(rank, world)
     print(f"rank {rank}: reductions match")
+
+
+def toy_rollout(prompts: range) -> tuple[RolloutBatch, torch.Tensor]:
+    """A rollout of the given global prompts (G = 4), deterministic per prompt; and its (P, G) advantages."""
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.rand(12, 4, generator=g).round(decimals=1)  # (12, G)
+    rewards[0, 1] = rewards[1, 2] = float("nan")  # unscorable rows, one on each rank of 2
+    rewards = rewards[list(prompts)]  # (P, G)
+    correct = rewards > 0.5  # (P, G)
+    advantages = group_advantages(rewards, 0.5, "group", correct)  # (P, G)
+    lengths = torch.randint(1, 9, (12 * 4,), generator=g).view(12, 4)[list(prompts)].reshape(-1)  # (B,)
+    mask = (torch.arange(8) < lengths.unsqueeze(1)).float()  # (B, T)
+    ids = torch.zeros(mask.shape, dtype=torch.long)
+    failed = float(torch.isnan(rewards).sum())
+    stats = {"failed_maze": failed, "frac_truncated": float((lengths == 8).float().mean()), "tokens_per_s": 10.0}
+    return RolloutBatch(ids, ids, mask, rewards, correct, 8, stats=stats), advantages
+
+
+def rollout_statistics(rank: int, world: int) -> None:
+    """The logged statistics of rank r's strided share equal those of the whole batch (one process's)."""
+    whole, whole_adv = toy_rollout(range(12))
+    share, share_adv = toy_rollout(range(rank, 12, world))
+    expected = rollout_stats(whole.rewards, whole.correct, whole_adv, 0.5, whole.completion_mask)
+    expected |= {"rollout/failed_maze": 2.0, "rollout/tokens_per_s": 10.0 * world}
+    expected["rollout/frac_truncated"] = float((whole.completion_mask.sum(1) == 8).float().mean())
+    got = global_rollout_stats(share, share_adv, 0.5)
+    assert got.keys() == expected.keys(), sorted(set(got) ^ set(expected))
+    for key, value in expected.items():
+        assert abs(got[key] - value) < 1e-6, (key, got[key], value)
 
 
 def main() -> None:

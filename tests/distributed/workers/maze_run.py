@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +49,12 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
                         "engine": "hf",
                         "sampling": {"n": 8, "temperature": 1.0, "max_tokens": 16, "stop_token_ids": [7]},
                         "val_samples": 8,
-                        # maze is the verdict; the dense word-count term makes every group active from the
-                        # start, so that the ranks' gradients differ and the all-reduce is really tested
+                        # the dense word-count term makes most groups active from the start, so that the ranks'
+                        # gradients differ and the all-reduce is really tested
                         "reward_funcs": ["maze", "tests.training.tiny_setup:word_count_reward"],
-                        "correctness": "maze",
+                        # a verdict that a barely trained policy meets sometimes: pass@k and the focal weights are
+                        # then not trivially 0 and 1 in the comparisons
+                        "correctness": "tests.training.tiny_setup:word_count_reward",
                         "sync_every": 1,
                         "log_samples_every": 0,
                         "validate_at_start": False,
@@ -80,8 +81,9 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
             "lr": 1.0e-3,
             "max_grad_norm": 1.0,
             "micro_batch_rows": 128,
-            # DDP all-reduces in every backward: every rank must run the same number of them (see the report)
-            "skip_zero_advantage": False,
+            # skip_zero_advantage (the default) leaves ranks with different numbers of backwards; the module
+            # pads them with zero-loss backwards so that DDP's all-reduces line up
+            "skip_zero_advantage": True,
             "save_pretrained_dir": str(out / "policy"),
         },
         "data": {
@@ -105,81 +107,74 @@ class RecordPrompts(L.Callback):
         self.out = Path(out)
         self.seen: list[list[int | None]] = []
         self.active: list[float] = []
+        self.logged: list[dict[str, float]] = []
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.seen.append([record.position for record in batch])
+        self.seen.append([record.position for record in batch.records])
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self.active.append(float(trainer.callback_metrics.get("rollout/frac_active_groups", float("nan"))))
+        metrics = trainer.callback_metrics
+        self.active.append(float(metrics.get("rollout/frac_active_groups", float("nan"))))
+        self.logged.append({k: float(v) for k, v in metrics.items() if k.startswith(("rollout/", "focal/"))})
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank = trainer.global_rank
-        summary = {"world_size": trainer.world_size, "positions": self.seen, "frac_active_groups": self.active}
+        val = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+        summary = {
+            "world_size": trainer.world_size,
+            "positions": self.seen,
+            "frac_active_groups": self.active,
+            "logged": self.logged,
+            "val": val,
+        }
         (self.out / f"rank{rank}.json").write_text(json.dumps(summary))
         policy: Any = pl_module.policy
         torch.save({k: v.detach().clone() for k, v in policy.state_dict().items()}, self.out / f"rank{rank}.pt")
 
 
-def install_per_prompt_seeds() -> None:
-    """Sample every training prompt alone, seeded by ``prompt_seed(seed, position, step)``, instead of one batch-wide
-    ``seed + step``: what the rollout collector must do for results independent of the rank layout. Installed by
-    wrapping the callback's public ``make_rollout`` (the callbacks are being refactored; this is the test's stand-in).
-    """
-    from lit_fgrpo.callbacks import RolloutCallback
-    from lit_fgrpo.distributed import prompt_seed
-    from lit_fgrpo.rollout.base import Generation, SamplingConfig
-
-    original = RolloutCallback.make_rollout
-
-    def make_rollout(self: Any, pl_module: Any, records: list[Any], sampling: SamplingConfig) -> Any:
-        engine = self.engine
-        if not pl_module.trainer.training:
-            return original(self, pl_module, records, sampling)
-        step = pl_module.trainer.global_step
-        batched = engine.generate
-
-        def generate(prompt_ids: list[list[int]], config: SamplingConfig) -> Generation:
-            parts = [
-                batched([ids], replace(config, seed=prompt_seed(self.seed, record.position, step)))
-                for ids, record in zip(prompt_ids, records)
-            ]
-            logps = [p.sampling_logprobs for p in parts]
-            return Generation(
-                completion_ids=[row for p in parts for row in p.completion_ids],
-                sampling_logprobs=None if any(lp is None for lp in logps) else [r for lp in logps for r in lp or []],
-                finished=[done for p in parts for done in p.finished],
-            )
-
-        engine.generate = generate
-        try:
-            return original(self, pl_module, records, sampling)
-        finally:
-            del engine.generate  # back to the class's method
-
-    RolloutCallback.make_rollout = make_rollout  # type: ignore[method-assign]
+def this_rank(devices: int) -> int:
+    """The global rank of this process, from what the launchers set (Lightning's ddp launcher: ``LOCAL_RANK`` in the
+    child processes; the simulated nodes: ``NODE_RANK``)."""
+    return int(os.environ.get("NODE_RANK", "0")) * devices + int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def install_failure(fail_rank: int) -> None:
-    """Wrap every training rollout in ``fail_together`` (as the collector should) and crash the reward on
-    ``fail_rank`` at step 1: every rank must stop with the message instead of waiting in the next all-reduce."""
-    from lit_fgrpo.callbacks import RolloutCallback
-    from lit_fgrpo.distributed import fail_together
+class PoisonWeights(L.Callback):
+    """Makes the policy's weights NaN on ``rank`` at training step ``step``, after the rollout: a NaN loss there."""
 
-    original = RolloutCallback.make_rollout
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
 
-    def make_rollout(self: Any, pl_module: Any, records: list[Any], sampling: Any) -> Any:
-        step = pl_module.trainer.global_step
-        with fail_together(f"rollout scoring at step {step}"):
-            if pl_module.global_rank == fail_rank and step == 1:
-                raise ValueError(f"reward function maze crashed on rank {fail_rank}")
-            rollout = original(self, pl_module, records, sampling)
-        return rollout
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            policy: Any = pl_module.policy
+            with torch.no_grad():
+                policy.get_input_embeddings().weight.fill_(float("nan"))
 
-    RolloutCallback.make_rollout = make_rollout  # type: ignore[method-assign]
+
+def flat_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
+    """The same reward for every completion: every group has zero advantage, so every row is skipped."""
+    return [0.0] * len(completions)
+
+
+def install_rollout_crash(rank: int, fail_step: int) -> None:
+    """An exception escaping the rollout on ``rank`` at ``step``. (Reward scoring turns a reward function's own
+    exception into an unscorable row, so the crash is raised from the collector, as a broken reward setup would.)"""
+    from lit_fgrpo.rollout.collect import RolloutCollector
+
+    original = RolloutCollector.collect
+
+    def collect(self: Any, records: Any, sampling: Any, seed: Any = None, step: int = 0, stream: int = 0) -> Any:
+        if step == fail_step and stream == 0:
+            raise ValueError(f"reward function maze crashed on rank {rank}")
+        return original(self, records, sampling, seed, step, stream)
+
+    RolloutCollector.collect = collect  # type: ignore[method-assign,assignment]
 
 
 def main() -> None:
@@ -189,15 +184,40 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--prompts-per-step", type=int, default=4)
-    parser.add_argument("--per-prompt-seeds", action="store_true", help="see install_per_prompt_seeds")
-    parser.add_argument("--fail-rank", type=int, default=None, help="see install_failure")
+    parser.add_argument("--warm-steps", type=int, default=20)
+    parser.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every k steps to OUT/ckpt")
+    parser.add_argument("--resume", type=Path, default=None, help="a checkpoint to resume from")
+    parser.add_argument("--validate", action="store_true", help="validation pass@k after the last step")
+    parser.add_argument("--fail-rank", type=int, default=None, help="the rank that fails at step 1")
+    parser.add_argument(
+        "--flat-reward-rank", type=int, default=None, help="a rank whose groups all have zero advantage"
+    )
+    parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
     args = parser.parse_args()
-    if args.per_prompt_seeds:
-        install_per_prompt_seeds()
-    if args.fail_rank is not None:
-        install_failure(args.fail_rank)
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step)
+    trainer, callbacks = settings["trainer"], settings["trainer"]["callbacks"]
+    callbacks[0]["init_args"]["steps"] = args.warm_steps
+    if args.ckpt_every:
+        trainer["enable_checkpointing"] = True
+        checkpoint = {"dirpath": str(args.out / "ckpt"), "every_n_train_steps": args.ckpt_every, "save_top_k": -1}
+        callbacks.append({"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": checkpoint})
+    if args.resume is not None:
+        settings["ckpt_path"] = str(args.resume)
+    if args.validate:
+        trainer |= {"limit_val_batches": None, "val_check_interval": args.steps, "check_val_every_n_epoch": None}
+        settings["model"]["val_pass_at_k"] = [1, 4]
+    if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
+        flat = "tests.distributed.workers.maze_run:flat_reward"
+        callbacks[1]["init_args"] |= {"reward_funcs": [flat], "correctness": flat}
+    if args.fail_rank is not None and args.fail_rank == this_rank(args.devices):
+        if args.fail_kind == "rollout":
+            install_rollout_crash(args.fail_rank, fail_step=1)
+        elif args.fail_kind == "sync":
+            callbacks[1]["init_args"]["sync_tolerance"] = -1.0  # this rank's engine "disagrees" with the policy
+        else:
+            poison = {"rank": args.fail_rank, "step": 1}
+            callbacks.append({"class_path": "tests.distributed.workers.maze_run.PoisonWeights", "init_args": poison})
     path = args.out / f"config.{os.getpid()}.json"
     path.write_text(json.dumps(settings))  # one file per process: Lightning re-runs this script for each rank
     sys.exit(0 if cli_main(["fit", "--config", str(path)]) is not None else 1)
