@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from lit_fgrpo.experiments.maze_sweep import EXIT_INCOMPLETE, main, run_maze_sweep
 from lit_fgrpo.experiments.rare_pool import RarePool, pack_pool, score_nll
@@ -80,7 +81,9 @@ def test_sweep_survives_interruption_and_skips_finished_arms(tmp_path: Path) -> 
         assert math.isfinite(float(row["dnll_rare"]))
     seed_rows = [r for r in merged if int(r["seed"]) == 0]
     assert len({r["start_val_pass_at_1"] for r in seed_rows}) == 1  # every arm of a seed starts from one warm start
-    assert len({r["base_pass_at_8"] for r in merged}) == 2  # each seed has its own warm start
+    # each seed has its own warm start (a tiny test set can give both the same pass@k: compare the weights)
+    warm = [load_file(out / f"seed{seed}" / "warm_start" / "model.safetensors") for seed in (0, 1)]
+    assert any(not torch.equal(warm[0][name], warm[1][name]) for name in warm[0])
     assert (out / "maze_sweep.png").exists()
 
     # 3) Interrupted + resumed equals uninterrupted (seed 0 alone, from its saved warm start).

@@ -214,7 +214,9 @@ def main() -> None:
         if args.fail_kind == "rollout":
             install_rollout_crash(args.fail_rank, fail_step=1)
         elif args.fail_kind == "sync":
-            callbacks[1]["init_args"]["sync_tolerance"] = -1.0  # this rank's engine "disagrees" with the policy
+            # this rank's engine "disagrees" with the policy; hf_copy has weights of its own, so the check runs (the
+            # plain HF engine samples with the policy itself and skips the probe)
+            callbacks[1]["init_args"] |= {"sync_tolerance": -1.0, "engine": "hf_copy"}
         else:
             poison = {"rank": args.fail_rank, "step": 1}
             callbacks.append({"class_path": "tests.distributed.workers.maze_run.PoisonWeights", "init_args": poison})
