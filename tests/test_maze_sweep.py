@@ -18,22 +18,13 @@ from lit_fgrpo.experiments.maze_sweep import EXIT_INCOMPLETE, main, run_maze_swe
 from lit_fgrpo.experiments.rare_pool import RarePool, pack_pool, score_nll
 from lit_fgrpo.tasks import MazeConfig, TinyPolicyConfig, build_tiny_policy, build_word_tokenizer, make_maze_splits
 from lit_fgrpo.tasks.maze import MAZE_VOCAB, maze_prompt_tokens, maze_target_tokens
+from tests.training.tiny_setup import MAZE_TINY_MODEL
 
-TINY_MODEL = {
-    "model_type": "llama",
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 160,
-    "tie_word_embeddings": True,
-}
 TINY: dict[str, Any] = dict(
     arms=["4:0", "4:1"], seeds=[0, 1], rl_steps=3, milestones=[1], prompts_per_step=4, warm_start_steps=60,
     eval_samples=8, ks=[1, 8], maze_rows=2, maze_cols=3, maze_seed=7, num_train=200, num_val=8, num_test=8,
     val_samples=4, dnll_prompts=16, dnll_samples=16, dnll_top_fraction=0.25, warm_start_lr=3e-3,
-    model_config=TINY_MODEL, tracking_uri=None, ckpt_every=1,
+    model_config=MAZE_TINY_MODEL, tracking_uri=None, ckpt_every=1,
 )  # fmt: skip
 RESULT = ("pass_at_1", "pass_at_8", "dnll_rare", "dnll_mean", "base_pass_at_1", "start_val_pass_at_1")
 

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from lit_fgrpo.callbacks import PassAtKReport, RNGStateCallback, RolloutCallback, SampleTable
+from lit_fgrpo.callbacks import PassAtKReport, RNGStateCallback, SampleTable
 from lit_fgrpo.callbacks.pass_at_k_report import format_report
 from lit_fgrpo.callbacks.sample_table import sample_rows
-from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.rollout import SamplingConfig
-from tests.training.tiny_setup import synthetic_rollout, tiny_module
+from tests.training.tiny_setup import maze_data, synthetic_rollout, tiny_module, word_count_rollouts
 
 
 def test_rng_state_round_trips_through_a_weights_only_checkpoint() -> None:
@@ -52,20 +50,8 @@ def test_report_logs_before_and_after(tmp_path: Path, caplog: pytest.LogCaptureF
         "0.250",
         "0.500",
     ]
-    data = PromptDataModule(
-        source="maze",
-        num_train=32,
-        num_val=4,
-        num_test=4,
-        val_size=4,
-        prompts_per_step=4,
-        tokenizer_path="builtin:maze",
-    )
-    rollouts = RolloutCallback(
-        sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
-        val_samples=4,
-        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
-    )
+    data = maze_data(num_train=32)
+    rollouts = word_count_rollouts(validate_at_start=True)
     report = PassAtKReport()
     logger = L.pytorch.loggers.CSVLogger(tmp_path)
     trainer = L.Trainer(

@@ -20,11 +20,9 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
+from lit_fgrpo.callbacks import WarmStartCallback
 from lit_fgrpo.checkpointing import AtomicCheckpointIO, resolve_resume
-from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.rollout.base import SamplingConfig
-from tests.training.tiny_setup import tiny_module
+from tests.training.tiny_setup import maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 
 def die() -> None:
@@ -64,36 +62,14 @@ class KillAtStep(Callback):
 
 def main(folder: Path, max_steps: int, kill: str, resume: bool) -> None:
     kind, _, number = kill.partition(":")
-    data = PromptDataModule(
-        source="maze",
-        num_train=64,
-        num_val=4,
-        num_test=4,
-        val_size=4,
-        prompts_per_step=4,
-        tokenizer_path="builtin:maze",
-    )
-    rollout = RolloutCallback(
-        engine="hf",
-        sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
-        val_samples=4,
-        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
-        validate_at_start=False,
-        log_samples_every=0,
-    )
+    data = maze_data()
+    rollout = word_count_rollouts()
     checkpoint = ModelCheckpoint(dirpath=folder / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
     callbacks: list[Callback] = [WarmStartCallback(steps=3, batch_size=8), rollout, checkpoint]
     if kind == "step":
         callbacks.append(KillAtStep(int(number)))
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        callbacks=callbacks,
-        plugins=[KillingCheckpointIO(int(number) if kind == "write" else None)],
-        logger=False,
-        limit_val_batches=0,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
+    trainer = quiet_trainer(
+        max_steps, callbacks, plugins=[KillingCheckpointIO(int(number) if kind == "write" else None)]
     )
     module = tiny_module(lr=1e-2, gamma=0.5)
     ckpt_path = resolve_resume("last", trainer) if resume else None

@@ -19,24 +19,13 @@ import lightning as L
 import torch
 from safetensors.torch import load_file, save_file
 
-from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
-from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.callbacks import WarmStartCallback
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.rollout.base import SamplingConfig
+from tests.training.tiny_setup import MAZE_TINY_MODEL, maze_data, quiet_trainer, word_count_rollouts
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "golden_maze_tiny_3_steps.safetensors"
 STEPS = 3
-# configs/maze_tiny.yaml's model, written out so that a config rewrite cannot move the fixture.
-MAZE_TINY_MODEL: dict[str, Any] = {
-    "model_type": "llama",
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 160,
-    "tie_word_embeddings": True,
-}
 
 
 class ActiveGroups(L.Callback):
@@ -51,18 +40,7 @@ class ActiveGroups(L.Callback):
 
 def run_maze_tiny(steps: int = STEPS) -> tuple[dict[str, torch.Tensor], list[float]]:
     L.seed_everything(0)
-    data = PromptDataModule(
-        source="maze",
-        maze_rows=4,
-        maze_cols=4,
-        num_train=300,
-        num_val=8,
-        num_test=8,
-        prompts_per_step=4,
-        val_size=8,
-        seed=0,
-        tokenizer_path="builtin:maze",
-    )
+    data = maze_data(maze_rows=4, maze_cols=4, num_train=300, num_val=8, num_test=8, val_size=8, seed=0)
     module = FGRPOModule(
         model_config=MAZE_TINY_MODEL,
         tokenizer="builtin:maze",
@@ -73,24 +51,14 @@ def run_maze_tiny(steps: int = STEPS) -> tuple[dict[str, torch.Tensor], list[flo
         micro_batch_rows=128,
         val_pass_at_k=[1, 8],
     )
-    rollout = RolloutCallback(
-        engine="hf",
-        sampling=SamplingConfig(n=8, max_tokens=16, stop_token_ids=[7]),
-        val_samples=8,
-        reward_funcs=["maze"],
-        validate_at_start=False,
-        log_samples_every=0,
+    rollout = word_count_rollouts(
+        sampling=SamplingConfig(n=8, max_tokens=16, stop_token_ids=[7]), val_samples=8, reward_funcs=["maze"]
     )
     active = ActiveGroups()
-    trainer = L.Trainer(
-        max_steps=steps,
-        callbacks=[WarmStartCallback(steps=20, batch_size=64, lr=1e-3), rollout, active],
-        logger=False,
+    trainer = quiet_trainer(
+        steps,
+        [WarmStartCallback(steps=20, batch_size=64, lr=1e-3), rollout, active],
         enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        accelerator="cpu",
         devices=1,
     )
     trainer.fit(module, data)

@@ -4,48 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback, WarmStartCallback
-from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.rollout.base import SamplingConfig
-from tests.training.tiny_setup import tiny_module
+from tests.training.tiny_setup import maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 
 def fit(tmp: Path, max_steps: int, ckpt_path: str | None = None) -> tuple[torch.nn.Module, RolloutCallback]:
-    data = PromptDataModule(
-        source="maze",
-        num_train=64,
-        num_val=4,
-        num_test=4,
-        val_size=4,
-        prompts_per_step=4,
-        tokenizer_path="builtin:maze",
-    )
-    rollout = RolloutCallback(
-        engine="hf",
-        sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
-        val_samples=4,
-        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
-        validate_at_start=False,
-        log_samples_every=0,
-    )
+    data = maze_data()
+    rollout = word_count_rollouts()
     checkpoint = ModelCheckpoint(dirpath=tmp / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        callbacks=[
-            WarmStartCallback(steps=3, batch_size=8),
-            rollout,
-            RNGStateCallback(),
-            checkpoint,
-        ],  # must not rerun on resume
-        logger=False,
-        limit_val_batches=0,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        accelerator="cpu",
+    # the warm start must not rerun on resume
+    trainer = quiet_trainer(
+        max_steps, [WarmStartCallback(steps=3, batch_size=8), rollout, RNGStateCallback(), checkpoint]
     )
     module = tiny_module(lr=1e-2, gamma=0.5)
     trainer.fit(module, data, ckpt_path=ckpt_path)

@@ -8,7 +8,10 @@ import lightning as L
 import torch
 from typing_extensions import override
 
+from lit_fgrpo.callbacks import RolloutCallback
+from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 
 TINY_MODEL = {
@@ -22,12 +25,57 @@ TINY_MODEL = {
     "tie_word_embeddings": True,
     "initializer_range": 0.15,
 }
+# configs/maze_tiny.yaml's model, written out so that a config rewrite cannot move the golden fixture.
+MAZE_TINY_MODEL: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 160,
+    "tie_word_embeddings": True,
+}
 
 
 def tiny_module(**kwargs: Any) -> FGRPOModule:
     settings: dict[str, Any] = {"model_config": TINY_MODEL, "tokenizer": "builtin:maze", "lr": 1e-2}
     settings |= kwargs
     return FGRPOModule(**settings)
+
+
+def maze_data(**kwargs: Any) -> PromptDataModule:
+    """A small maze datamodule (64 training prompts, 4 per step, 4 held out); ``kwargs`` override."""
+    settings: dict[str, Any] = dict(
+        source="maze",
+        num_train=64,
+        num_val=4,
+        num_test=4,
+        val_size=4,
+        prompts_per_step=4,
+        tokenizer_path="builtin:maze",
+    )
+    return PromptDataModule(**(settings | kwargs))
+
+
+def word_count_rollouts(**kwargs: Any) -> RolloutCallback:
+    """HF-engine rollouts of 4 samples x 8 tokens scored by :func:`word_count_reward`; ``kwargs`` override."""
+    settings: dict[str, Any] = dict(
+        sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),
+        val_samples=4,
+        reward_funcs=["tests.training.tiny_setup:word_count_reward"],
+        validate_at_start=False,
+        log_samples_every=0,
+    )
+    return RolloutCallback(engine="hf", **(settings | kwargs))
+
+
+def quiet_trainer(max_steps: int, callbacks: list[L.Callback], **kwargs: Any) -> L.Trainer:
+    """A CPU Trainer without logger, progress bar, model summary or validation; ``kwargs`` override or add."""
+    settings: dict[str, Any] = dict(
+        logger=False, limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu"
+    )
+    return L.Trainer(max_steps=max_steps, callbacks=callbacks, **(settings | kwargs))
 
 
 def synthetic_rollout(P: int = 4, G: int = 4, Tp: int = 6, T: int = 5, vocab: int = 17, seed: int = 0) -> RolloutBatch:

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 
 from lit_fgrpo.cli import cli_main
+from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
 
 
 def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step: int) -> dict[str, Any]:
@@ -65,16 +66,7 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
             ],
         },
         "model": {
-            "model_config": {
-                "model_type": "llama",
-                "hidden_size": 32,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 4,
-                "intermediate_size": 64,
-                "max_position_embeddings": 160,
-                "tie_word_embeddings": True,
-            },
+            "model_config": dict(MAZE_TINY_MODEL),
             "tokenizer": "builtin:maze",
             "gamma": 0.5,
             "loss_type": "grpo",
