@@ -71,6 +71,19 @@ def start_system_metrics(logger: Any, interval_s: float = SYSTEM_METRICS_INTERVA
     return monitor
 
 
+def stop_system_metrics(monitor: Any) -> None:
+    """Stop the sampler and log one closing sample.
+
+    MLflow's monitor publishes only after a full sampling interval and drops what it holds when stopped, so a run
+    shorter than ``SYSTEM_METRICS_INTERVAL_S`` (a smoke run, a tiny CI run) would otherwise carry no ``system/``
+    metric at all, and a longer one would lose its last partial interval.
+    """
+    monitor.finish()
+    monitor.collect_metrics()
+    monitor.publish_metrics(monitor.aggregate_metrics())
+    monitor.mlflow_logger.flush()
+
+
 def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, dict):
         for key, sub in value.items():
@@ -121,4 +134,4 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         monitor, self._system_metrics = getattr(self, "_system_metrics", None), None
         if monitor is not None:
-            monitor.finish()
+            stop_system_metrics(monitor)
