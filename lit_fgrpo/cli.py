@@ -6,6 +6,7 @@
     lit-fgrpo simulate --group-sizes 2 8 32 --seeds 2     # paper §5 categorical simulation
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
     lit-fgrpo maze-report DIR                             # the verdict of a sweep from its per-seed CSVs
+    lit-fgrpo maze-compare DIR                            # a method comparison (GRPO, F-GRPO, MaxRL, ...) of a sweep
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
 
@@ -101,6 +102,7 @@ COMMANDS = {
     "simulate": "the paper's section 5 categorical simulation: GRPO vs F-GRPO over group sizes, with a figure",
     "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes and seeds, resumable",
     "maze-report": "the verdict of a multi-seed maze sweep: table with intervals, pass@k figure, one line per hypothesis",
+    "maze-compare": "a method comparison of a maze sweep (GRPO, F-GRPO, MaxRL, band, dynamic, GSPO): pass@k over seeds",
 }
 
 
@@ -148,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         from lit_fgrpo.experiments.evidence_report import main as report_main
 
         return report_main(words[1:])
+    if words and words[0] == "maze-compare":
+        from lit_fgrpo.experiments.methods_report import main as compare_main
+
+        return compare_main(words[1:])
     if argv is None:
         sys.argv[1:] = words  # LightningCLI warns when args and sys.argv both carry arguments
     return _run_fit_cli(words, debug, from_argv=argv is None)

@@ -17,7 +17,7 @@ from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import RolloutBatch
 
-SUMMED_STATS = ("tokens_per_s",)
+SUMMED_STATS = ("tokens_per_s", "generated_tokens")
 """Collector statistics that add up over ranks (throughput); ``failed_*`` counts add up too, the rest are means."""
 
 

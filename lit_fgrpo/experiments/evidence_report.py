@@ -59,7 +59,11 @@ def load_rows(source: str | Path, rl_steps: int | None = None) -> tuple[list[dic
 
 def _by_seed(rows: Sequence[dict[str, Any]], arm: str) -> dict[int, dict[str, Any]]:
     size, gamma = ARMS[arm]
-    return {int(r["seed"]): r for r in rows if int(r["group_size"]) == size and float(r["gamma"]) == gamma}
+    return {
+        int(r["seed"]): r
+        for r in rows
+        if int(r["group_size"]) == size and float(r["gamma"]) == gamma and (r.get("method") or "focal") == "focal"
+    }
 
 
 def _base_by_seed(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -11,12 +11,13 @@ interrupted arm resumes from its ``last.ckpt``)::
     out_dir/sweep_config.json             settings that must not change between runs (checked)
     out_dir/sweep_status.json             invocations so far, complete or not, pending (seed, arm, step) units
     out_dir/seed{s}/warm_start/           warm-start weights; base.json: warm-start test pass@k
-    out_dir/seed{s}/N{N}_g{gamma}/        the arm's last.ckpt
+    out_dir/seed{s}/N{N}_g{gamma}[_method]/  the arm's last.ckpt
     out_dir/seed{s}/maze_sweep.csv        one row per finished (arm, milestone) of seed s
     out_dir/maze_sweep.csv, .png          all seeds merged; -log pass@k against N
 
     lit-fgrpo maze-sweep --config configs/experiments/maze_evidence_cpu.yaml
     lit-fgrpo maze-sweep --seeds [0,1] --arms '[8:0, 8:0.5]' --rl_steps 100 --out_dir outputs/maze_sweep
+    lit-fgrpo maze-sweep --config configs/experiments/maze_methods_cpu.yaml    # GRPO, F-GRPO, MaxRL, band, dynamic
 
 Exit status 0 when every unit is done, 75 when a step or time budget stopped it (rerun to continue), 2 on bad input.
 """
@@ -111,6 +112,7 @@ def run_maze_sweep(
     step_budget: int | None = None,
     time_budget_s: float | None = None,
     accelerator: str = "cpu",
+    token_budget: int | None = None,
 ) -> list[dict[str, Any]]:
     """Warm-start each seed once, train every arm to each milestone, evaluate; resume whatever is unfinished.
 
@@ -118,8 +120,9 @@ def run_maze_sweep(
         seeds: Seeds; seed s sets model init, warm start, training mazes and prompt order, and sampling.
         group_sizes: Group sizes N of the (N x gamma) grid (ignored when ``arms`` is set).
         gammas: Focal exponents of the grid (0 = GRPO).
-        arms: Explicit arms as ``"N:gamma"`` strings, e.g. ``["8:0", "8:0.5", "32:0"]``.
-        rl_steps: RL steps (one optimizer step each) per arm.
+        arms: Explicit arms as ``"N:gamma"`` or ``"N:gamma:method"`` strings, e.g. ``["8:0", "8:0.5", "32:0"]``
+            or ``["8:0:maxrl", "8:0:band", "8:0:dynamic", "8:0:gspo"]`` (the settings of ``configs/maze/``).
+        rl_steps: RL steps (one optimizer step each) per arm; with ``token_budget``, the most an arm may take.
         milestones: Extra step counts below ``rl_steps`` at which each arm is also evaluated.
         prompts_per_step: Prompts per RL step.
         warm_start_steps: Supervised warm-start steps.
@@ -152,6 +155,10 @@ def run_maze_sweep(
         time_budget_s: Start no new work after this many seconds; training stops at the deadline (an evaluation
             already started still finishes). None = no limit.
         accelerator: ``cpu`` or ``gpu``.
+        token_budget: Train each arm until it has generated this many completion tokens (discarded dynamic-sampling
+            groups count), not a step count: methods that sample different amounts per step are compared at equal
+            generation cost. The arm is then finished, whatever its step count (its row says ``trained_steps``).
+            None = ``rl_steps`` steps.
 
     Returns:
         Every finished row in ``out_dir`` (this run's and earlier runs'), one per (seed, arm, milestone).
@@ -263,23 +270,26 @@ def _run_seed(
             target = milestone if left is None else min(milestone, before + left)
             run = train_arm(
                 folder, arm, base_state, module_args, data_args, target, s["val_samples"], seed, max_tokens,
-                s["ckpt_every"], s["accelerator"], budget.seconds_left(), logger,
+                s["ckpt_every"], s["accelerator"], budget.seconds_left(), logger, s["token_budget"],
             )  # fmt: skip
             budget.trained += run.trained
             seconds = add_seconds(folder, run.seconds)
-            if run.step < milestone:
+            if run.step < milestone and not run.budget_reached:
                 return rows
             t0 = time.perf_counter()
             arm_policy: Any = run.policy.to(device)
             torch.manual_seed(seed + 1)  # every arm and the warm start sampled with the same stream
-            row: dict[str, Any] = {"group_size": arm.group_size, "gamma": arm.gamma, "rl_steps": milestone}
+            row: dict[str, Any] = {"group_size": arm.group_size, "gamma": arm.gamma, "method": arm.method,
+                                   "rl_steps": milestone, "trained_steps": run.step,
+                                   "generated_tokens": run.generated_tokens}  # fmt: skip
             row |= {f"start_val_{k}": v for k, v in run.start_pass_at_k.items()}
             row |= evaluate_pass_at_k(arm_policy, tokenizer, test, s["eval_samples"], s["ks"], chunk=s["eval_chunk"])
             row["dnll_rare"], row["dnll_mean"] = pool.delta(arm_policy, s["dnll_top_fraction"])
             row |= {"rl_seconds": round(seconds, 1), "eval_seconds": round(time.perf_counter() - t0, 1)}
             row |= shared | {"invocation": invocation}
             if milestone == max(m for m in [*s["milestones"], s["rl_steps"]]):
-                log_arm(logger, shared | {"group_size": arm.group_size, "gamma": arm.gamma}, row, milestone)
+                log_arm(logger, shared | {"group_size": arm.group_size, "gamma": arm.gamma, "method": arm.method},
+                        row, milestone)  # fmt: skip
             rows.append(row)
             write_csv(rows, seed_dir / "maze_sweep.csv")
             log.info("seed %d arm %s step %d: %s", seed, arm.name, milestone, row)
@@ -333,6 +343,9 @@ def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> Non
         raise ValueError("--init_from loads one seed's warm start; give a single --seeds value with it")
     if s["ckpt_every"] < 1:
         raise ValueError(f"--ckpt_every must be >= 1, got {s['ckpt_every']}")
+    if s["token_budget"] is not None and (s["token_budget"] < 1 or s["milestones"]):
+        raise ValueError(f"--token_budget must be >= 1 and used without --milestones, got {s['token_budget']} "
+                         f"with milestones {list(s['milestones'])}")  # fmt: skip
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:

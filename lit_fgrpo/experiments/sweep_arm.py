@@ -1,6 +1,7 @@
 """One arm of the maze sweep: train from the warm start to a step count, resuming from the arm's last checkpoint.
 
-An arm is a (group size N, focal gamma) pair. Its folder holds ``last.ckpt`` (Lightning checkpoint: weights,
+An arm is a (group size N, focal gamma, method) triple; the method is F-GRPO/GRPO (``focal``) or one of the
+success-rate family and its relatives with the settings of ``configs/maze/<method>.yaml``. Its folder holds ``last.ckpt`` (Lightning checkpoint: weights,
 optimizer, data-stream position, RNG and callback state), written every ``ckpt_every`` steps while it trains and
 again when ``fit`` returns, so a killed process loses at most ``ckpt_every`` steps and a rerun continues with exactly
 the batch and sampling seed that would have come next.
@@ -13,21 +14,29 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from typing_extensions import override
 
-from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback
+from lit_fgrpo.callbacks import GeneratedTokenBudget, RNGStateCallback, RolloutCallback
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "last.ckpt"
+
+Method = Literal["focal", "maxrl", "band", "dynamic", "gspo"]
+"""``focal``: GRPO (gamma 0) or F-GRPO; the others as in ``configs/maze/{maxrl,band,dynamic,gspo}.yaml``."""
+METHODS: tuple[str, ...] = get_args(Method)
+WEIGHT_METHODS = ("maxrl", "band")
+"""Methods whose group weight replaces the focal one (gamma must be 0)."""
 
 
 @dataclass(frozen=True)
@@ -38,23 +47,48 @@ class Arm:
     """Completions per prompt N."""
     gamma: float
     """Focal exponent (0 = GRPO)."""
+    method: Method = "focal"
+    """The training method besides the focal weight (see :data:`Method`)."""
 
     @property
     def name(self) -> str:
-        """Folder and run name, e.g. ``N8_g0.5``."""
-        return f"N{self.group_size}_g{self.gamma:g}"
+        """Folder and run name, e.g. ``N8_g0.5`` or ``N8_g0_maxrl``."""
+        suffix = "" if self.method == "focal" else f"_{self.method}"
+        return f"N{self.group_size}_g{self.gamma:g}{suffix}"
 
     @classmethod
     def parse(cls, text: str) -> Arm:
-        """``"N:gamma"`` (e.g. ``"8:0.5"``) as an arm; a malformed value raises naming ``--arms``."""
+        """``"N:gamma"`` or ``"N:gamma:method"`` (e.g. ``"8:0.5"``, ``"8:0:maxrl"``); bad values name ``--arms``."""
+        parts = text.split(":")
         try:
-            size, gamma = text.split(":")
-            arm = cls(int(size), float(gamma))
+            if len(parts) not in (2, 3):
+                raise ValueError
+            arm = cls(int(parts[0]), float(parts[1]), *parts[2:])  # type: ignore[arg-type]  # checked below
         except ValueError:
-            raise ValueError(f"--arms: {text!r} is not 'N:gamma' (e.g. '8:0.5')") from None
+            raise ValueError(
+                f"--arms: {text!r} is not 'N:gamma' or 'N:gamma:method' (e.g. '8:0.5', '8:0:maxrl')"
+            ) from None
         if arm.group_size < 2 or arm.gamma < 0:
             raise ValueError(f"--arms: {text!r} needs N >= 2 and gamma >= 0")
+        if arm.method not in METHODS:
+            raise ValueError(f"--arms: {text!r}: method must be one of {', '.join(METHODS)}")
+        if arm.method in WEIGHT_METHODS and arm.gamma != 0:
+            raise ValueError(f"--arms: {text!r}: {arm.method} replaces the focal weight; give gamma 0")
         return arm
+
+    def module_overrides(self) -> dict[str, Any]:
+        """``FGRPOModule`` arguments of the method (besides ``gamma``), as in ``configs/maze/<method>.yaml``."""
+        if self.method == "maxrl":
+            return {"group_weight": GroupWeight(kind="maxrl"), "scale_rewards": "none"}
+        if self.method == "band":
+            return {"group_weight": GroupWeight(kind="band", low=0.1, high=0.9)}
+        if self.method == "gspo":
+            return {"loss_type": "gspo", "num_iterations": 2}
+        return {}
+
+    def dynamic_sampling(self) -> DynamicSampling | None:
+        """DAPO's dynamic sampling for the ``dynamic`` method (configs/maze/dynamic.yaml), else None."""
+        return DynamicSampling(max_rounds=4, oversample=2.0) if self.method == "dynamic" else None
 
 
 def checkpoint_step(folder: Path) -> int:
@@ -79,6 +113,10 @@ class ArmRun:
     """Wall time of this call's ``fit``."""
     start_pass_at_k: dict[str, float]
     """Pre-RL validation pass@k of the arm (restored from the checkpoint on resume)."""
+    generated_tokens: int = 0
+    """Completion tokens the arm has generated in total (all calls; discarded dynamic-sampling groups included)."""
+    budget_reached: bool = False
+    """Whether the arm stopped on its generated-token budget (it is then finished, whatever its step count)."""
 
 
 class _StopAfter(L.Callback):
@@ -113,6 +151,7 @@ def train_arm(
     accelerator: str = "cpu",
     max_seconds: float | None = None,
     logger: Any = None,
+    token_budget: int | None = None,
 ) -> ArmRun:
     """Train ``arm`` from the warm start (or its checkpoint) until ``target_step`` RL steps or ``max_seconds``.
 
@@ -130,23 +169,29 @@ def train_arm(
         accelerator: Lightning accelerator.
         max_seconds: Stop training (and checkpoint) after this many seconds (None = no limit).
         logger: A Lightning logger or None.
+        token_budget: Also stop once the arm has generated this many completion tokens (None = steps only).
     """
     folder.mkdir(parents=True, exist_ok=True)
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     ckpt = folder / CHECKPOINT
-    module = FGRPOModule(gamma=arm.gamma, **module_args)
+    module = FGRPOModule(gamma=arm.gamma, **(module_args | arm.module_overrides()))
     module.policy.load_state_dict(base_state)
     datamodule = PromptDataModule(**data_args)
     done_id = int(module.tokenizer.convert_tokens_to_ids("DONE"))
     sampling = SamplingConfig(n=arm.group_size, temperature=1.0, max_tokens=max_tokens, stop_token_ids=[done_id])
-    rollout = RolloutCallback(engine="hf", sampling=sampling, val_samples=val_samples, reward_funcs=["maze"], seed=seed)
+    rollout = RolloutCallback(
+        engine="hf", sampling=sampling, val_samples=val_samples, reward_funcs=["maze"], seed=seed,
+        dynamic_sampling=arm.dynamic_sampling(),
+    )  # fmt: skip
     pace = _StopAfter(max_seconds)
+    # Always counted (a huge budget never stops), so that every arm reports what it generated.
+    budget = GeneratedTokenBudget(token_budget if token_budget is not None else 2**62)
     checkpoint = ModelCheckpoint(dirpath=folder, save_last=True, every_n_train_steps=ckpt_every, save_top_k=0)
     trainer = L.Trainer(
         accelerator=accelerator, devices=1, max_steps=target_step, limit_val_batches=0, num_sanity_val_steps=0,
         logger=logger if logger is not None else False, enable_progress_bar=False, enable_model_summary=False,
-        log_every_n_steps=10, callbacks=[rollout, RNGStateCallback(), checkpoint, pace],  # RNG states: exact resume
+        log_every_n_steps=10, callbacks=[rollout, RNGStateCallback(), budget, checkpoint, pace],  # RNG: exact resume
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
     start = time.perf_counter()
@@ -154,4 +199,7 @@ def train_arm(
     seconds = time.perf_counter() - start
     trainer.save_checkpoint(ckpt)
     log.info("arm %s: %d of %d steps (%.0f s this call)", arm.name, trainer.global_step, target_step, seconds)
-    return ArmRun(module.policy, trainer.global_step, pace.steps, seconds, dict(rollout.start_pass_at_k))
+    return ArmRun(
+        module.policy, trainer.global_step, pace.steps, seconds, dict(rollout.start_pass_at_k), budget.total,
+        token_budget is not None and budget.reached,
+    )  # fmt: skip

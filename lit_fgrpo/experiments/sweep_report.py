@@ -74,6 +74,7 @@ def plot_neg_log_pass(rows: Sequence[dict[str, Any]], ks: Sequence[int], path: s
         return None
     ks = [k for k in ks if rows and f"pass_at_{k}" in rows[0]]
     fig, axes = plt.subplots(1, len(ks), figsize=(3.6 * len(ks), 3.2), squeeze=False)
+    rows = [r for r in rows if (r.get("method") or "focal") == "focal"]  # other methods: lit-fgrpo maze-compare
     gammas = sorted({float(r["gamma"]) for r in rows})
     for ax, k in zip(axes[0], ks):
         key = f"pass_at_{k}"

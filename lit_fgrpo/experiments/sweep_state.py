@@ -39,8 +39,9 @@ class Budget:
 
 def pending_units(rows: list[dict[str, Any]], arms: list[Arm], steps: list[int]) -> list[tuple[Arm, int]]:
     """The (arm, milestone) units of ``arms`` x ``steps`` that have no row in ``rows`` yet."""
-    done = {(int(r["group_size"]), float(r["gamma"]), int(r["rl_steps"])) for r in rows}
-    return [(a, m) for a in arms for m in steps if (a.group_size, a.gamma, m) not in done]
+    # rows of sweeps made before arms had a method are F-GRPO/GRPO ("focal") rows
+    done = {(int(r["group_size"]), float(r["gamma"]), r.get("method") or "focal", int(r["rl_steps"])) for r in rows}
+    return [(a, m) for a in arms for m in steps if (a.group_size, a.gamma, a.method, m) not in done]
 
 
 def check_or_write_config(out: Path, settings: dict[str, Any]) -> None:

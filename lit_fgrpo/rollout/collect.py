@@ -106,8 +106,9 @@ class RolloutCollector:
 
         Returns:
             The rollout: tensors (B = P * G rows, prompt-major), (P, G) rewards and verdicts, texts, token ids and
-            ``stats`` (``tokens_per_s``, ``generation_seconds``, ``frac_truncated``, ``failed_*``, ``reward_*``,
-            among them ``reward_nonfinite`` and ``reward_timeouts``: unscorable rows by cause, over all functions).
+            ``stats`` (``tokens_per_s``, ``generation_seconds``, ``frac_truncated``, ``generated_tokens``,
+            ``failed_*``, ``reward_*``, among them ``reward_nonfinite`` and ``reward_timeouts``: unscorable rows by
+            cause, over all functions).
         """
         if seed is not None:
             sampling = replace(sampling, seed=seed)
@@ -144,6 +145,7 @@ class RolloutCollector:
             "tokens_per_s": num_tokens / max(gen_seconds, 1e-9),
             "generation_seconds": gen_seconds,
             "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
+            "generated_tokens": float(num_tokens),
         }
         stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
         stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))

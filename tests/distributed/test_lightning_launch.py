@@ -10,6 +10,7 @@ the 2-rank run: all must agree. The runs are shared by the assertions (one launc
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -100,6 +101,9 @@ def test_logged_rollout_and_focal_statistics_are_those_of_the_global_batch(runs:
             assert_same_numbers(one[step], ddp[step], skip=TIMING)
     # the focal weights are informative here (0 < mu_hat < 1 in some group), not all 1
     assert min(step["focal/weight_min"] for step in one) < 1.0
+    # a token budget counts every rank's generation: the same running total as one process
+    totals = [step["rollout/generated_tokens_total"] for step in one]
+    assert totals == list(itertools.accumulate(step["rollout/generated_tokens"] for step in one)) and totals[0] > 0
 
 
 def test_validation_pass_at_k_on_two_ranks_equals_one_process(runs: dict[str, Path]) -> None:

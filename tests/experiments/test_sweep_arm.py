@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
 from lit_fgrpo.module import FGRPOModule
@@ -34,3 +36,42 @@ def test_deadline_stops_after_one_step_and_resume_continues(tmp_path: Path) -> N
 def test_bad_arm_is_rejected_naming_the_flag(text: str) -> None:
     with pytest.raises(ValueError, match="--arms"):
         Arm.parse(text)
+
+
+@pytest.mark.parametrize("text", ["8:0.5:maxrl", "8:0:nope", "8:0:band:x", "8:1:band"])
+def test_bad_method_arm_is_rejected_naming_the_flag(text: str) -> None:
+    with pytest.raises(ValueError, match="--arms"):
+        Arm.parse(text)
+
+
+def test_method_arms_carry_the_overlay_settings() -> None:
+    assert Arm.parse("8:0.5") == Arm(8, 0.5, "focal") and Arm.parse("8:0.5").name == "N8_g0.5"
+    maxrl, band, dynamic, gspo = (Arm.parse(f"8:0:{m}") for m in ("maxrl", "band", "dynamic", "gspo"))
+    assert (maxrl.name, dynamic.name) == ("N8_g0_maxrl", "N8_g0_dynamic")
+    # the same settings as configs/maze/{maxrl,band,gspo,dynamic}.yaml
+    maze = Path(__file__).parents[2] / "configs" / "maze"
+    for arm in (maxrl, band, gspo):
+        overlay = yaml.safe_load((maze / f"{arm.method}.yaml").read_text())["model"]
+        overrides = arm.module_overrides()
+        weight = overrides.pop("group_weight", None)
+        assert {k: v for k, v in overlay.items() if k not in ("gamma", "group_weight")} == overrides
+        if weight is not None:
+            assert dataclasses.asdict(weight) | overlay["group_weight"] == dataclasses.asdict(weight)
+    callbacks = yaml.safe_load((maze / "dynamic.yaml").read_text())["trainer"]["callbacks"]
+    (rollout,) = [c for c in callbacks if c["class_path"].endswith("RolloutCallback")]
+    assert dataclasses.asdict(dynamic.dynamic_sampling()) | rollout["init_args"]["dynamic_sampling"] == (
+        dataclasses.asdict(dynamic.dynamic_sampling())
+    )
+    assert Arm.parse("8:0").dynamic_sampling() is None and Arm.parse("8:0").module_overrides() == {}
+
+
+def test_token_budget_ends_the_arm_and_counts_dynamic_draws(tmp_path: Path) -> None:
+    base = FGRPOModule(**MODULE).policy.state_dict()
+    runs = {}
+    for text in ("2:0", "2:0:dynamic"):
+        runs[text] = train_arm(tmp_path / text, Arm.parse(text), base, MODULE, DATA, target_step=20, val_samples=2,
+                               seed=0, max_tokens=7, ckpt_every=10, token_budget=60)  # fmt: skip
+    for run in runs.values():
+        assert run.budget_reached and run.generated_tokens >= 60 and run.step < 20
+    # dynamic sampling draws at least twice the prompts per step (oversample 2): the budget lasts fewer steps
+    assert runs["2:0:dynamic"].step < runs["2:0"].step

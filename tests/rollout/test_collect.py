@@ -54,6 +54,7 @@ def test_collect_scores_every_completion_prompt_major() -> None:
     # per-completion columns, prompt-major, None where a prompt lacks one; completion lengths added
     assert SEEN["answer"] == ["a"] * 3 + ["b"] * 3 and SEEN["extra"] == [None] * 3 + [3] * 3
     assert SEEN["completion_length"] == [len(c) for c in batch.completion_ids]
+    assert batch.stats["generated_tokens"] == sum(len(c) for c in batch.completion_ids)
     # each row's tokens: its prompt (left-padded) then its completion
     width = max(len(p) for p in batch.prompt_ids)
     for row, completion in enumerate(batch.completion_ids):

@@ -53,7 +53,7 @@ def prompt_group(index: int, constant: bool, seed: int = 0) -> RolloutBatch:
         sampling_logp=logp,
         prompts=[f"p{index}"] * G,
         completions=[f"p{index}c{row}" for row in range(G)],
-        stats={"generation_seconds": 1.0, "tokens_per_s": float(index)},
+        stats={"generation_seconds": 1.0, "tokens_per_s": float(index), "generated_tokens": float(lengths.sum())},
     )
 
 
@@ -94,6 +94,9 @@ def test_half_constant_groups_every_batch_has_p_informative_groups() -> None:
         assert stats.prompts_drawn == len(drawn) == sum(stream.calls[-stats.rounds :])
         assert batch.stats["dynamic_rounds"] == stats.rounds
         assert batch.stats["generation_seconds"] == float(stats.prompts_drawn)  # 1 s per prompt drawn, summed
+        # the generation cost counts every drawn group, also the discarded ones (what a token budget charges)
+        every_drawn = sum(float(prompt_group(i, i % 2 == 0).completion_mask.sum()) for i in drawn)
+        assert batch.stats["generated_tokens"] == every_drawn > float(batch.completion_mask.sum())
         # rounds ask for the missing groups only: 6, then ceil(1.0 * missing), ...
         assert stream.calls[-stats.rounds] == 6 and all(c <= 6 for c in stream.calls[-stats.rounds :])
 

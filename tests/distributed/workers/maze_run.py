@@ -62,6 +62,8 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
                         "seed": 0,
                     },
                 },
+                # never reached here; its running total is logged, and must be the global one on every rank
+                {"class_path": "lit_fgrpo.callbacks.GeneratedTokenBudget", "init_args": {"max_tokens": 10**9}},
                 {"class_path": "tests.distributed.workers.maze_run.RecordPrompts", "init_args": {"out": str(out)}},
             ],
         },

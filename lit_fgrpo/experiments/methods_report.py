@@ -1,0 +1,158 @@
+"""The method comparison of a maze sweep: GRPO, F-GRPO, MaxRL, band, dynamic sampling, GSPO side by side.
+
+    lit-fgrpo maze-compare outputs/methods            # reads DIR/seed*/maze_sweep.csv, writes methods_report.md/.png
+
+Per arm: held-out pass@1 and pass@64 (and every other pass@k in the CSV) as mean ± standard deviation over seeds,
+the per-seed values, what the arm generated (completion tokens) and how many steps it took for that; per method,
+the paired per-seed difference to GRPO with its 95 % t interval (:func:`~lit_fgrpo.experiments.evidence_stats.paired`).
+This comparison is descriptive: it has no pre-registered decision rule (docs/RESULTS.md §6 is the one that has).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lit_fgrpo.experiments.evidence_report import load_rows
+from lit_fgrpo.experiments.evidence_stats import paired
+
+LABELS = {"maxrl": "MaxRL", "band": "band (0.1, 0.9)", "dynamic": "dynamic sampling", "gspo": "GSPO"}
+BASELINE = "GRPO"
+
+
+def arm_label(row: dict[str, Any]) -> str:
+    """``GRPO``, ``F-GRPO γ=0.5``, ``MaxRL``, ... (with ``N=`` when the group size is not 8)."""
+    method, gamma = row.get("method") or "focal", float(row["gamma"])
+    if method == "focal":
+        label = BASELINE if gamma == 0 else f"F-GRPO γ={gamma:g}"
+    else:
+        label = LABELS.get(method, method) + ("" if gamma == 0 else f" + γ={gamma:g}")
+    return label if int(row["group_size"]) == 8 else f"{label} N={int(row['group_size'])}"
+
+
+def by_arm(rows: Sequence[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Rows keyed by arm label, then by seed (first-seen arm order)."""
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for row in rows:
+        arms.setdefault(arm_label(row), {})[int(row["seed"])] = row
+    return arms
+
+
+def _ks(rows: Sequence[dict[str, Any]]) -> list[int]:
+    return sorted(int(key.removeprefix("pass_at_")) for key in rows[0] if key.startswith("pass_at_"))
+
+
+def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
+    """The markdown report: per-arm table and the paired differences to GRPO."""
+    arms = by_arm(rows)
+    every_k = _ks(rows)
+    ks = sorted({every_k[0], 64 if 64 in every_k else every_k[-1]})  # pass@1 and pass@64 (the issue's two)
+
+    def cell(values: list[float]) -> str:
+        sd = float(np.std(values, ddof=1)) if len(values) > 1 else float("nan")
+        return f"{np.mean(values):.3f} ± {sd:.3f}" if not math.isnan(sd) else f"{np.mean(values):.3f}"
+
+    lines = [
+        f"# Method comparison on the maze ({source}, cap {steps} RL steps)",
+        "",
+        "mean ± standard deviation over seeds; tokens = completion tokens generated (all rounds), steps = RL steps.",
+        "",
+        "| arm | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " | tokens (mean) | steps (mean) |",
+        "|---|---|" + "---|" * len(ks) + "---|---|",
+    ]
+    base = {int(r["seed"]): r for r in rows}  # one warm start per seed (every arm's row repeats it)
+    base_cells = [cell([float(r[f"base_pass_at_{k}"]) for r in base.values()]) for k in ks]
+    lines.append(f"| warm start | {len(base)} | " + " | ".join(base_cells) + " | | |")
+    for name, per_seed in arms.items():
+        values = [cell([float(r[f"pass_at_{k}"]) for r in per_seed.values()]) for k in ks]
+        tokens = np.mean([float(r.get("generated_tokens") or "nan") for r in per_seed.values()])
+        trained = np.mean([float(r.get("trained_steps") or r["rl_steps"]) for r in per_seed.values()])
+        lines.append(f"| {name} | {len(per_seed)} | " + " | ".join(values) + f" | {tokens:,.0f} | {trained:.0f} |")
+    if BASELINE in arms:
+        lines += ["", f"Paired per-seed difference to {BASELINE} (mean, 95 % t interval, seeds in common):", ""]
+        lines += ["| arm | " + " | ".join(f"Δ pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+        grpo = arms[BASELINE]
+        for name, per_seed in arms.items():
+            if name == BASELINE:
+                continue
+            common = sorted(set(per_seed) & set(grpo))
+            cells = []
+            for k in ks:
+                p = paired([float(per_seed[s][f"pass_at_{k}"]) - float(grpo[s][f"pass_at_{k}"]) for s in common])
+                cells.append(f"{p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}] (n={p.n})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    per_seed_rows = ", ".join(f"{name}: " + " ".join(
+        f"s{s}={float(r['pass_at_1']):.3f}" for s, r in sorted(per_seed.items())) for name, per_seed in arms.items())  # fmt: skip
+    lines += ["", f"pass@1 per seed: {per_seed_rows}.", ""]
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """pass@k against k (log2 axis), one line per arm (mean over seeds, band = min to max over seeds)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    ks = _ks(rows)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    per_seed_base = {int(r["seed"]): r for r in rows}
+    base = np.array([[float(r[f"base_pass_at_{k}"]) for k in ks] for r in per_seed_base.values()])  # (seeds, K)
+    ax.plot(ks, base.mean(axis=0), color="gray", linestyle="--", marker="o", label="warm start")
+    for name, per_seed in by_arm(rows).items():
+        values = np.array([[float(r[f"pass_at_{k}"]) for k in ks] for r in per_seed.values()])  # (seeds, K)
+        line = ax.plot(ks, values.mean(axis=0), marker="o", label=f"{name} ({len(per_seed)} seeds)")
+        if len(per_seed) > 1:
+            ax.fill_between(ks, values.min(axis=0), values.max(axis=0), alpha=0.15, color=line[0].get_color())
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("held-out pass@k")
+    ax.set_title("maze: methods at equal generated tokens")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def compare(source: str, out_dir: str | None = None, rl_steps: int | None = None) -> str:
+    """Write ``methods_report.md`` and ``methods_pass_at_k.png`` for the sweep ``source``; return the markdown.
+
+    Args:
+        source: A ``maze-sweep`` output directory (reads ``seed*/maze_sweep.csv``) or one CSV file.
+        out_dir: Where the files go (default: ``source`` itself, or the CSV's folder).
+        rl_steps: The milestone to compare (default: the largest in the data).
+    """
+    rows, steps = load_rows(source, rl_steps)
+    out = Path(out_dir) if out_dir else (Path(source) if Path(source).is_dir() else Path(source).parent)
+    out.mkdir(parents=True, exist_ok=True)
+    text = render(rows, steps, source)
+    (out / "methods_report.md").write_text(text)
+    plot(rows, out / "methods_pass_at_k.png")
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lit-fgrpo maze-compare SOURCE [--out_dir DIR] [--rl_steps N]``: print the comparison, write its files."""
+    from jsonargparse import CLI
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        text = CLI(compare, args=words)
+    except (ValueError, FileNotFoundError, KeyError) as err:
+        print(f"lit-fgrpo maze-compare: error: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
