@@ -141,12 +141,12 @@ def test_dnll_rare_is_zero_for_the_base_policy() -> None:
 def test_method_arms_at_a_token_budget_and_their_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from lit_fgrpo.experiments.methods_report import main as compare_main
 
-    settings = TINY | {"arms": ["4:0", "4:0:band", "4:0:dynamic"], "seeds": [0], "milestones": [], "rl_steps": 30,
+    settings = TINY | {"arms": ["4:0", "4:0:band", "4:0:dynamic", "4:0:async"], "seeds": [0], "milestones": [], "rl_steps": 30,
                        "token_budget": 120}  # fmt: skip
     out = tmp_path / "methods"
     rows = run_maze_sweep(**settings, out_dir=str(out))
     by_method = {r["method"]: r for r in rows}
-    assert sorted(by_method) == ["band", "dynamic", "focal"]
+    assert sorted(by_method) == ["async", "band", "dynamic", "focal"]
     for row in rows:  # every arm generated (about) the budget, whatever its step count
         assert 120 <= int(row["generated_tokens"]) < 120 + 4 * 4 * 7 * 4 and int(row["trained_steps"]) < 30
     assert int(by_method["dynamic"]["trained_steps"]) < int(by_method["focal"]["trained_steps"])

@@ -21,7 +21,13 @@ import numpy as np
 from lit_fgrpo.experiments.evidence_report import load_rows
 from lit_fgrpo.experiments.evidence_stats import paired
 
-LABELS = {"maxrl": "MaxRL", "band": "band (0.1, 0.9)", "dynamic": "dynamic sampling", "gspo": "GSPO"}
+LABELS = {
+    "maxrl": "MaxRL",
+    "band": "band (0.1, 0.9)",
+    "dynamic": "dynamic sampling",
+    "gspo": "GSPO",
+    "async": "async k=1",
+}
 BASELINE = "GRPO"
 
 

@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT = "last.ckpt"
 
-Method = Literal["focal", "maxrl", "band", "dynamic", "gspo"]
-"""``focal``: GRPO (gamma 0) or F-GRPO; the others as in ``configs/maze/{maxrl,band,dynamic,gspo}.yaml``."""
+Method = Literal["focal", "maxrl", "band", "dynamic", "gspo", "async"]
+"""``focal``: GRPO (gamma 0) or F-GRPO; the others as in ``configs/maze/{maxrl,band,dynamic,gspo,async}.yaml``
+(``async``: rollouts one policy version ahead, ``max_staleness=1``, on the ``hf_copy`` engine)."""
 METHODS: tuple[str, ...] = get_args(Method)
 WEIGHT_METHODS = ("maxrl", "band")
 """Methods whose group weight replaces the focal one (gamma must be 0)."""
@@ -84,6 +85,8 @@ class Arm:
             return {"group_weight": GroupWeight(kind="band", low=0.1, high=0.9)}
         if self.method == "gspo":
             return {"loss_type": "gspo", "num_iterations": 2}
+        if self.method == "async":
+            return {"importance_correction": "token"}
         return {}
 
     def dynamic_sampling(self) -> DynamicSampling | None:
@@ -181,8 +184,9 @@ def train_arm(
     done_id = int(module.tokenizer.convert_tokens_to_ids("DONE"))
     sampling = SamplingConfig(n=arm.group_size, temperature=1.0, max_tokens=max_tokens, stop_token_ids=[done_id])
     rollout = RolloutCallback(
-        engine="hf", sampling=sampling, val_samples=val_samples, reward_funcs=["maze"], seed=seed,
-        dynamic_sampling=arm.dynamic_sampling(),
+        engine="hf_copy" if arm.method == "async" else "hf", sampling=sampling, val_samples=val_samples,
+        reward_funcs=["maze"], seed=seed, dynamic_sampling=arm.dynamic_sampling(),
+        max_staleness=1 if arm.method == "async" else 0,
     )  # fmt: skip
     pace = _StopAfter(max_seconds)
     # Always counted (a huge budget never stops), so that every arm reports what it generated.

@@ -50,13 +50,16 @@ def test_method_arms_carry_the_overlay_settings() -> None:
     assert (maxrl.name, dynamic.name) == ("N8_g0_maxrl", "N8_g0_dynamic")
     # the same settings as configs/maze/{maxrl,band,gspo,dynamic}.yaml
     maze = Path(__file__).parents[2] / "configs" / "maze"
-    for arm in (maxrl, band, gspo):
+    for arm in (maxrl, band, gspo, Arm.parse("8:0.5:async")):
         overlay = yaml.safe_load((maze / f"{arm.method}.yaml").read_text())["model"]
         overrides = arm.module_overrides()
         weight = overrides.pop("group_weight", None)
         assert {k: v for k, v in overlay.items() if k not in ("gamma", "group_weight")} == overrides
         if weight is not None:
             assert dataclasses.asdict(weight) | overlay["group_weight"] == dataclasses.asdict(weight)
+    callbacks = yaml.safe_load((maze / "async.yaml").read_text())["trainer"]["callbacks"]
+    (rollout,) = [c for c in callbacks if c["class_path"].endswith("RolloutCallback")]
+    assert (rollout["init_args"]["engine"], rollout["init_args"]["max_staleness"]) == ("hf_copy", 1)  # as train_arm
     callbacks = yaml.safe_load((maze / "dynamic.yaml").read_text())["trainer"]["callbacks"]
     (rollout,) = [c for c in callbacks if c["class_path"].endswith("RolloutCallback")]
     assert dataclasses.asdict(dynamic.dynamic_sampling()) | rollout["init_args"]["dynamic_sampling"] == (
