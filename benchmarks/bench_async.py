@@ -28,6 +28,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+import zlib  # noqa: E402
 from typing import Any  # noqa: E402
 
 import lightning as L  # noqa: E402
@@ -43,6 +44,15 @@ SIZES: dict[str, dict[str, int]] = {
 }
 
 
+def dense_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
+    """A checksum of the completion text, mod 3, halved: mixed groups from an untrained policy.
+
+    The maze reward of a random policy is 0 everywhere: every advantage would be 0, the module would skip the
+    training pass (``skip_zero_advantage``) and there would be no training for the generation to overlap with.
+    """
+    return [(zlib.crc32(c.encode()) % 3) / 2 for c in completions]
+
+
 class StepClock(L.Callback):
     """Wall time of every RL step (batch start to next batch start), its training part, and the rollout stats.
 
@@ -56,6 +66,7 @@ class StepClock(L.Callback):
         self.train_s: list[float] = []
         self.gen_s: list[float] = []
         self.staleness: list[int] = []
+        self.active: list[float] = []
 
     @override
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -67,6 +78,7 @@ class StepClock(L.Callback):
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.train_s.append(time.perf_counter() - self.starts[-1])
+        self.active.append(float(trainer.callback_metrics.get("rollout/frac_active_groups", float("nan"))))
 
 
 def contender(k: int, engine_kind: str, size_name: str, steps: int, warmup: int) -> dict[str, Any]:
@@ -87,7 +99,9 @@ def contender(k: int, engine_kind: str, size_name: str, steps: int, warmup: int)
         "intermediate_size": size["inter"],
         "max_position_embeddings": 256,
         "tie_word_embeddings": True,
-        "initializer_range": 0.15,
+        # HF's default: near-uniform logits, so that the 8 samples of a prompt differ. (0.15 made the 4-layer
+        # "full" policy almost deterministic: identical samples, zero advantages, no training to overlap with.)
+        "initializer_range": 0.02,
     }
     module = FGRPOModule(
         model_config=model_config, tokenizer="builtin:maze", lr=1e-3, importance_correction="token", seed=0
@@ -99,7 +113,7 @@ def contender(k: int, engine_kind: str, size_name: str, steps: int, warmup: int)
         engine=engine_kind,  # type: ignore[arg-type]
         sampling=SamplingConfig(n=size["n"], temperature=1.0, max_tokens=size["max_tokens"]),
         val_samples=4,
-        reward_funcs=["maze"],
+        reward_funcs=[dense_reward],  # type: ignore[list-item]  # a callable is accepted like a name
         validate_at_start=False,
         engine_kwargs={"max_model_len": 256} if engine_kind == "vllm" else {},
         max_staleness=k,
@@ -124,6 +138,7 @@ def contender(k: int, engine_kind: str, size_name: str, steps: int, warmup: int)
         "train_s": statistics.median(clock.train_s[kept]),
         "gen_s": statistics.median(clock.gen_s[kept]),
         "staleness_max": max(clock.staleness),
+        "active": statistics.median(clock.active[kept]),
         "params_m": sum(p.numel() for p in module.policy.parameters()) / 1e6,
     }
 
@@ -165,14 +180,15 @@ def main() -> None:
                 sys.exit(f"bench_async: contender k={k} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
             results[k].append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(f"\nengine={args.engine} size={args.size} steps={args.steps} (first {args.warmup} left out) reps={args.reps}")
-    print(f"{'k':>2} {'step s':>8} {'train+push s':>13} {'gen s':>8} {'max staleness':>14}")
+    print(f"{'k':>2} {'step s':>8} {'train+push s':>13} {'gen s':>8} {'max staleness':>14} {'active groups':>14}")
     med = {}
     for k, runs in results.items():
         med[k] = statistics.median(r["step_s"] for r in runs)
         train_s = statistics.median(r["train_s"] for r in runs)
         gen_s = statistics.median(r["gen_s"] for r in runs)
         staleness = max(r["staleness_max"] for r in runs)
-        print(f"{k:>2} {med[k]:>8.3f} {train_s:>13.3f} {gen_s:>8.3f} {staleness:>14}")
+        active = statistics.median(r["active"] for r in runs)
+        print(f"{k:>2} {med[k]:>8.3f} {train_s:>13.3f} {gen_s:>8.3f} {staleness:>14} {active:>14.2f}")
     print(f"k=1 / k=0 step time: {med[1] / med[0]:.2f} (goal <= 0.7)")
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -69,8 +70,13 @@ QUICK = {"a": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_t
 
 
 def toy_reward(prompts: list[str], completions: list[Any], **kwargs: Any) -> list[float]:
-    """Dense toy reward (completion length in words, mod 3, halved): random policies get mixed groups."""
-    return [(len(str(c).split()) % 3) / 2 for c in completions]
+    """Dense toy reward (a checksum of the completion's text, mod 3, halved): random policies get mixed groups.
+
+    It depends on the content, not only the length: completions that all run to ``max_tokens`` (case c) would
+    otherwise score alike, every group would have zero advantage and lit_fgrpo would skip the training pass
+    (``skip_zero_advantage``) while TRL still runs it: the step and its memory would not be comparable.
+    """
+    return [(zlib.crc32(str(c).encode()) % 3) / 2 for c in completions]
 
 
 # ---------------------------------------------------------------- shared model and prompts
@@ -260,6 +266,8 @@ def main() -> None:
         phases = res["lit"][-1]["phases"]
         if phases:
             print("  lit phases (last run, median step): " + ", ".join(f"{k[5:]} {v:.3g}" for k, v in phases.items()))
+        if not any(run["phases"].get("time/forward") for run in res["lit"]):
+            print("  WARNING: lit_fgrpo trained no row (every advantage was 0): the step is not comparable to TRL's")
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     head = f"{'case':<28} {'lit s':>7} {'TRL s':>7} {'lit/TRL':>7} {'RSS lit':>8} {'RSS TRL':>8} {'lit/TRL':>7} {'len lit':>7} {'len TRL':>7}"
     print(head + "\n" + "-" * len(head))

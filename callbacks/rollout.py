@@ -89,7 +89,8 @@ class RolloutCallback(L.Callback):
     Args:
         engine: "hf" (transformers ``generate`` on the policy itself), "hf_copy" (``generate`` on the engine's
             own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), or "auto" (vLLM when
-            installed, else HF).
+            installed and it pays off: on a GPU, or from 10M parameters on a CPU; else HF; see
+            :func:`lit_fgrpo.rollout.select.auto_engine_kind`).
         sampling: sampling settings for training rollouts; ``sampling.n`` is the group size G (>= 2).
         val_samples: completions per held-out prompt in validation/test (>= the largest pass@k k).
         val_temperature: sampling temperature for validation (default: the training temperature).

