@@ -150,7 +150,7 @@ class FGRPOModule(L.LightningModule):
         self.timer = PhaseTimer()
         """Wall time per phase of the current training batch, logged under ``time/`` in ``on_train_batch_end``.
 
-        The module times old_logprobs, ref_logprobs, forward, backward and optimizer; the rollout callback
+        The module times old_logprobs, ref_logprobs, forward, backward, optimizer and log; the rollout callback
         times generate, reward and sync into the same timer (and an asynchronous rollout source adds ``wait``:
         ``module.timer.add("wait", seconds)`` or ``with module.timer.phase("wait"): ...``)."""
 
@@ -364,12 +364,13 @@ class FGRPOModule(L.LightningModule):
         num_steps = self.hp.num_iterations * num_minibatches
         trained_tokens = sum(float(p["tokens"]) for p in pieces)
         self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
-        values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
-        values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
-        values |= global_rollout_stats(rollout, advantages, self.applied_group_weight)  # over all ranks
-        values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
-        self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
-        self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
+        with self.timer.phase("log"):
+            values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
+            values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
+            values |= global_rollout_stats(rollout, advantages, self.applied_group_weight)  # over all ranks
+            values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
+            self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
+            self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
         return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
 
     @property

@@ -24,8 +24,11 @@ from contextlib import contextmanager
 
 import torch
 
-# The phases of one RL step, in order; the keys the training loop logs (``time/<name>``).
-STEP_PHASES = ("generate", "reward", "old_logprobs", "ref_logprobs", "forward", "backward", "optimizer", "sync", "wait")
+# The phases of one RL step, in order; the keys the training loop logs (``time/<name>``). ``log``: the step's
+# statistics (gathered over ranks) and Lightning's logging calls.
+STEP_PHASES = (
+    "generate", "reward", "old_logprobs", "ref_logprobs", "forward", "backward", "optimizer", "log", "sync", "wait",
+)  # fmt: skip
 
 
 class PhaseTimer:

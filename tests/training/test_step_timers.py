@@ -21,7 +21,7 @@ from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.rollout import SamplingConfig
 from tests.training.tiny_setup import TINY_MODEL, tiny_module
 
-PHASES = ("generate", "reward", "old_logprobs", "ref_logprobs", "forward", "backward", "optimizer", "sync")
+PHASES = ("generate", "reward", "old_logprobs", "ref_logprobs", "forward", "backward", "optimizer", "log", "sync")
 
 
 class ListLogger(Logger):
@@ -68,11 +68,12 @@ class WallEnd(L.Callback):
 
 def test_step_phases_are_logged_and_add_up_to_the_step_wall_time() -> None:
     steps = 3
-    # a model big enough that the step is compute, not Lightning bookkeeping; beta > 0 and mu = 2 for every phase
-    config = TINY_MODEL | {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 3}
+    # a model big enough that the step is compute, not Lightning's own hook calls (in no phase: a few ms); beta > 0
+    # and mu = 2 for every phase
+    config = TINY_MODEL | {"hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 3}
     module = tiny_module(model_config=config, beta=0.05, num_iterations=2, micro_batch_rows=8)
     prompts = [
-        PromptRecord(prompt="<bos> WALL PATH", prompt_ids=[1, 9, 8, 8, 9], columns={}, index=i) for i in range(4)
+        PromptRecord(prompt="<bos> WALL PATH", prompt_ids=[1, 9, 8, 8, 9], columns={}, index=i) for i in range(8)
     ]
     loader = torch.utils.data.DataLoader([prompts] * steps, batch_size=None, collate_fn=lambda batch: batch)
     rollouts = RolloutCallback(
@@ -95,4 +96,5 @@ def test_step_phases_are_logged_and_add_up_to_the_step_wall_time() -> None:
         assert row["time/generate_tokens_per_s"] > 0 and row["time/train_tokens_per_s"] > 0
         phases = sum(value for key, value in row.items() if key.startswith("time/") and key.endswith(PHASES))
         wall = t1 - t0
+        print(f"phases {phases:.4f} s, wall {wall:.4f} s, untimed {1 - phases / wall:.1%}")
         assert abs(phases - wall) <= 0.1 * wall, (phases, wall, row)
