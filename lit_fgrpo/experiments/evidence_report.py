@@ -66,7 +66,7 @@ def _by_seed(rows: Sequence[dict[str, Any]], arm: str) -> dict[int, dict[str, An
     }
 
 
-def _base_by_seed(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+def base_by_seed(rows: Sequence[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """The warm start's metrics per seed, as arm-shaped rows (ΔNLL 0 by definition)."""
     return {int(r["seed"]): {m: r.get(f"base_{m}", 0.0) for m in METRICS} | {"dnll_rare": 0.0} for r in rows}
 
@@ -79,7 +79,7 @@ def compare(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], metric: 
 
 def analyse(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Every number of the verdict: per-arm summaries, paired comparisons and the hypotheses' verdicts."""
-    arms = {name: _by_seed(rows, name) for name in ARMS} | {"warm start": _base_by_seed(rows)}
+    arms = {name: _by_seed(rows, name) for name in ARMS} | {"warm start": base_by_seed(rows)}
     summary = {
         name: {m: asdict(paired([float(r[m]) for r in per_seed.values()])) for m in METRICS}
         for name, per_seed in arms.items()
@@ -177,7 +177,17 @@ def _paragraph(name: str, result: dict[str, Any]) -> str:
 
 
 def plot_pass_at_k(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
-    """pass@k against k (log2 axis): one line per arm and the warm start, mean over seeds, 95 % t band."""
+    """pass@k against k (log2 axis): one line per pre-registered arm and the warm start (see :func:`plot_arms`)."""
+    ks = [k for k in KS if rows and f"pass_at_{k}" in rows[0]]
+    per_arm = {name: _by_seed(rows, name) for name in ARMS} | {"warm start": base_by_seed(rows)}
+    return plot_arms(per_arm, ks, path, "test pass@k")
+
+
+def plot_arms(
+    per_arm: dict[str, dict[int, dict[str, Any]]], ks: Sequence[int], path: Path, ylabel: str, title: str = ""
+) -> Path | None:
+    """pass@k against k (log2 axis): a line per arm (mean over its seeds) with a 95 % t band from 2 seeds on;
+    the arm named ``warm start`` dashed. Returns the PNG path, or None without matplotlib."""
     try:
         import matplotlib
 
@@ -185,9 +195,7 @@ def plot_pass_at_k(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    ks = [k for k in KS if rows and f"pass_at_{k}" in rows[0]]
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    per_arm = {name: _by_seed(rows, name) for name in ARMS} | {"warm start": _base_by_seed(rows)}
     for name, per_seed in per_arm.items():
         if not per_seed:
             continue
@@ -199,7 +207,9 @@ def plot_pass_at_k(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
             ax.fill_between(ks, [s.low for s in stats], [s.high for s in stats], alpha=0.2, color=line[0].get_color())
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
-    ax.set_ylabel("test pass@k")
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_fgrpo.experiments.evidence_report import load_rows
+from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, plot_arms
 from lit_fgrpo.experiments.evidence_stats import paired
 
 LABELS = {
@@ -99,34 +99,9 @@ def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
-    """pass@k against k (log2 axis), one line per arm (mean over seeds, band = min to max over seeds)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    ks = _ks(rows)
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    per_seed_base = {int(r["seed"]): r for r in rows}
-    base = np.array([[float(r[f"base_pass_at_{k}"]) for k in ks] for r in per_seed_base.values()])  # (seeds, K)
-    ax.plot(ks, base.mean(axis=0), color="gray", linestyle="--", marker="o", label="warm start")
-    for name, per_seed in by_arm(rows).items():
-        values = np.array([[float(r[f"pass_at_{k}"]) for k in ks] for r in per_seed.values()])  # (seeds, K)
-        line = ax.plot(ks, values.mean(axis=0), marker="o", label=f"{name} ({len(per_seed)} seeds)")
-        if len(per_seed) > 1:
-            ax.fill_between(ks, values.min(axis=0), values.max(axis=0), alpha=0.15, color=line[0].get_color())
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k")
-    ax.set_ylabel("held-out pass@k")
-    ax.set_title("maze: methods at equal generated tokens")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    """pass@k against k (log2 axis): the warm start and a line per arm, mean over seeds with a 95 % t band."""
+    per_arm = {"warm start": base_by_seed(rows)} | by_arm(rows)
+    return plot_arms(per_arm, _ks(rows), path, "held-out pass@k", "maze: methods at equal generated tokens")
 
 
 def compare(source: str, out_dir: str | None = None, rl_steps: int | None = None) -> str:
