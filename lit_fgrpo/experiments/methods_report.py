@@ -92,8 +92,10 @@ def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
                 p = paired([float(per_seed[s][f"pass_at_{k}"]) - float(grpo[s][f"pass_at_{k}"]) for s in common])
                 cells.append(f"{p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}] (n={p.n})")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    per_seed_rows = ", ".join(f"{name}: " + " ".join(
-        f"s{s}={float(r['pass_at_1']):.3f}" for s, r in sorted(per_seed.items())) for name, per_seed in arms.items())  # fmt: skip
+    per_seed_rows = ", ".join(
+        f"{name}: " + " ".join(f"s{seed}={float(r['pass_at_1']):.3f}" for seed, r in sorted(per_seed.items()))
+        for name, per_seed in arms.items()
+    )
     lines += ["", f"pass@1 per seed: {per_seed_rows}.", ""]
     return "\n".join(lines)
 

