@@ -49,6 +49,15 @@ def by_arm(rows: Sequence[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]
     return arms
 
 
+def _sync_twins(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Label of each asynchronous arm -> label of the synchronous arm with the same N and gamma."""
+    twins = {}
+    for row in rows:
+        if row.get("method") == "async":
+            twins[arm_label(row)] = arm_label(dict(row) | {"method": "focal"})
+    return twins
+
+
 def _ks(rows: Sequence[dict[str, Any]]) -> list[int]:
     return sorted(int(key.removeprefix("pass_at_")) for key in rows[0] if key.startswith("pass_at_"))
 
@@ -79,19 +88,20 @@ def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
         tokens = np.mean([float(r.get("generated_tokens") or "nan") for r in per_seed.values()])
         trained = np.mean([float(r.get("trained_steps") or r["rl_steps"]) for r in per_seed.values()])
         lines.append(f"| {name} | {len(per_seed)} | " + " | ".join(values) + f" | {tokens:,.0f} | {trained:.0f} |")
-    if BASELINE in arms:
-        lines += ["", f"Paired per-seed difference to {BASELINE} (mean, 95 % t interval, seeds in common):", ""]
-        lines += ["| arm | " + " | ".join(f"Δ pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
-        grpo = arms[BASELINE]
-        for name, per_seed in arms.items():
-            if name == BASELINE:
-                continue
-            common = sorted(set(per_seed) & set(grpo))
-            cells = []
-            for k in ks:
-                p = paired([float(per_seed[s][f"pass_at_{k}"]) - float(grpo[s][f"pass_at_{k}"]) for s in common])
-                cells.append(f"{p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}] (n={p.n})")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    # each arm against GRPO; an asynchronous arm also against its synchronous twin (same N and gamma)
+    pairs = [(name, BASELINE) for name in arms if name != BASELINE and BASELINE in arms]
+    pairs += [(name, twin) for name, twin in _sync_twins(rows).items() if twin in arms]
+    if pairs:
+        lines += ["", "Paired per-seed differences (mean, 95 % t interval, seeds in common):", ""]
+        lines += ["| arm - reference | " + " | ".join(f"Δ pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for name, reference in pairs:
+        common = sorted(set(arms[name]) & set(arms[reference]))
+        cells = []
+        for k in ks:
+            key = f"pass_at_{k}"
+            p = paired([float(arms[name][s][key]) - float(arms[reference][s][key]) for s in common])
+            cells.append(f"{p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}] (n={p.n})")
+        lines.append(f"| {name} - {reference} | " + " | ".join(cells) + " |")
     per_seed_rows = ", ".join(
         f"{name}: " + " ".join(f"s{seed}={float(r['pass_at_1']):.3f}" for seed, r in sorted(per_seed.items()))
         for name, per_seed in arms.items()

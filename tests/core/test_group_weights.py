@@ -117,6 +117,19 @@ def test_focal_spec_is_bit_for_bit_gamma(gamma: float, scale: str) -> None:
         assert torch.equal(plain, hook)
 
 
+def test_band_wider_than_one_sample_is_grpo_with_binary_rewards() -> None:
+    # With G = 8 binary rewards mu_hat is a multiple of 1/8: the band (0.1, 0.9) keeps every group but the all-fail
+    # and all-success ones, whose advantages are 0 anyway, so it trains exactly as GRPO (the maze comparison's band
+    # arm equals its GRPO arm to the last digit); (0.2, 0.8) also drops mu_hat = 1/8 and 7/8.
+    gen = torch.Generator().manual_seed(0)
+    rewards = (torch.rand(64, 8, generator=gen) < torch.rand(64, 1, generator=gen)).float()  # (P, G) mixed rates
+    grpo = group_advantages(rewards)
+    assert torch.equal(group_advantages(rewards, group_weight=GroupWeight("band", low=0.1, high=0.9)), grpo)
+    narrow = group_advantages(rewards, group_weight=GroupWeight("band", low=0.2, high=0.8))
+    edge = (rewards.sum(dim=1) == 1) | (rewards.sum(dim=1) == 7)  # (P,)
+    assert edge.any() and (narrow[edge] == 0).all() and torch.equal(narrow[~edge], grpo[~edge])
+
+
 def test_success_verdicts_define_mu_hat_not_rewards() -> None:
     rewards = torch.tensor([[0.9, 0.1, 0.2, 0.3]], dtype=torch.float64)  # every reward > 0
     success = torch.tensor([[True, False, False, False]])

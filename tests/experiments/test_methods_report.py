@@ -11,7 +11,8 @@ from lit_fgrpo.experiments.evidence_stats import t_quantile
 from lit_fgrpo.experiments.methods_report import arm_label, compare, main
 from lit_fgrpo.experiments.sweep_report import write_csv
 
-PASS1 = {("focal", 0.0): [0.30, 0.35, 0.28], ("focal", 0.5): [0.33, 0.36, 0.33], ("maxrl", 0.0): [0.25, 0.31, 0.20]}
+PASS1 = {("focal", 0.0): [0.30, 0.35, 0.28], ("focal", 0.5): [0.33, 0.36, 0.33], ("maxrl", 0.0): [0.25, 0.31, 0.20],
+         ("async", 0.5): [0.34, 0.33, 0.30]}  # fmt: skip
 
 
 def rows() -> list[dict[str, object]]:
@@ -39,7 +40,10 @@ def test_table_and_paired_differences_match_the_formulas(tmp_path: Path) -> None
     d = [a - b for a, b in zip(maxrl, grpo)]
     half = t_quantile(0.975, 2) * statistics.stdev(d) / 3**0.5
     mean = statistics.mean(d)
-    assert f"| MaxRL | {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (n=3) |" in text
+    assert f"| MaxRL - GRPO | {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (n=3) |" in text
+    # the asynchronous arm is also compared with its synchronous twin (F-GRPO with the same gamma)
+    d = [a - b for a, b in zip(PASS1[("async", 0.5)], PASS1[("focal", 0.5)])]
+    assert f"| async k=1 + γ=0.5 - F-GRPO γ=0.5 | {statistics.mean(d):+.3f} [" in text
     assert (tmp_path / "methods_pass_at_k.png").stat().st_size > 0
 
 
