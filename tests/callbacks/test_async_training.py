@@ -17,41 +17,13 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers.logger import Logger
 from typing_extensions import override
 
 from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch
-from tests.training.tiny_setup import tiny_module
-
-
-class MemoryLogger(Logger):
-    """Keeps every logged row (step, metrics) in memory."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[int, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "memory"
-
-    @property
-    def version(self) -> int:
-        return 0
-
-    @override
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.rows.append((int(step or 0), dict(metrics)))
-
-    @override
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def series(self, key: str) -> list[float]:
-        return [metrics[key] for _, metrics in self.rows if key in metrics]
+from tests.training.tiny_setup import MemoryLogger, tiny_module
 
 
 class TrainedPositions(L.Callback):

@@ -13,39 +13,14 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import Logger
 from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.rollout import SamplingConfig
-from tests.training.tiny_setup import TINY_MODEL, tiny_module
+from tests.training.tiny_setup import TINY_MODEL, MemoryLogger, tiny_module
 
 PHASES = ("generate", "reward", "old_logprobs", "ref_logprobs", "forward", "backward", "optimizer", "log", "sync")
-
-
-class ListLogger(Logger):
-    """Keeps every logged metrics dict with its step."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.rows: list[tuple[int, dict[str, float]]] = []
-
-    @property
-    def name(self) -> str:
-        return "list"
-
-    @property
-    def version(self) -> str:
-        return "0"
-
-    @override
-    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    @override
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        self.rows.append((int(step or 0), dict(metrics)))
 
 
 class WallStart(L.Callback):
@@ -81,7 +56,7 @@ def test_step_phases_are_logged_and_add_up_to_the_step_wall_time() -> None:
         reward_funcs=["tests.training.tiny_setup:word_count_reward"],
         validate_at_start=False,
     )
-    start, end, logger = WallStart(), WallEnd(), ListLogger()
+    start, end, logger = WallStart(), WallEnd(), MemoryLogger()
     trainer = L.Trainer(
         max_steps=2 * steps, callbacks=[start, rollouts, end], logger=logger, log_every_n_steps=1,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",

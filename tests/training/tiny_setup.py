@@ -6,6 +6,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.loggers import Logger
 from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
@@ -129,3 +130,35 @@ def run_steps(module: FGRPOModule, rollout: RolloutBatch, steps: int = 1) -> L.T
 def word_count_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
     """A dense toy reward (completion length in words, mod 3, halved) so random policies get mixed groups."""
     return [(len(c.split()) % 3) / 2 for c in completions]
+
+
+class MemoryLogger(Logger):
+    """A Lightning logger that keeps every ``log_metrics`` call in memory as (step, metrics)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "memory"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    @override
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append((int(step or 0), {k: float(v) for k, v in metrics.items()}))
+
+    @override
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def series(self, key: str) -> list[float]:
+        """Every logged value of ``key``, in logging order."""
+        return [metrics[key] for _, metrics in self.rows if key in metrics]
+
+    def points(self, key: str) -> list[tuple[int, float]]:
+        """(step, value) of every logged value of ``key``."""
+        return [(step, metrics[key]) for step, metrics in self.rows if key in metrics]
