@@ -44,6 +44,13 @@ DELTA = 0.03
 """Smallest effect of interest and non-inferiority margin (§6.4)."""
 
 
+def report_dir(source: str | Path, out_dir: str | None) -> Path:
+    """Where a report of ``source`` goes (created): ``out_dir``, else the sweep directory or the CSV's folder."""
+    out = Path(out_dir) if out_dir else (Path(source) if Path(source).is_dir() else Path(source).parent)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def load_rows(source: str | Path, rl_steps: int | None = None) -> tuple[list[dict[str, Any]], int]:
     """Rows of a sweep directory (``seed*/maze_sweep.csv``) or one CSV, at ``rl_steps`` (default: the largest)."""
     path = Path(source)
@@ -228,8 +235,7 @@ def report(source: str, out_dir: str | None = None, rl_steps: int | None = None)
     """
     rows, steps = load_rows(source, rl_steps)
     result = analyse(rows)
-    out = Path(out_dir) if out_dir else (Path(source) if Path(source).is_dir() else Path(source).parent)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_dir(source, out_dir)
     text = render(result, steps, source)
     (out / "evidence_report.md").write_text(text)
     (out / "evidence_verdict.json").write_text(json.dumps(result | {"rl_steps": steps}, indent=1))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows
+from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, report_dir
 from lit_fgrpo.experiments.evidence_stats import paired
 
 LABELS = {
@@ -163,8 +163,7 @@ def compare(source: str, out_dir: str | None = None, rl_steps: int | None = None
         rl_steps: The milestone to compare (default: the largest in the data).
     """
     rows, steps = load_rows(source, rl_steps)
-    out = Path(out_dir) if out_dir else (Path(source) if Path(source).is_dir() else Path(source).parent)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_dir(source, out_dir)
     text = render(rows, steps, source)
     (out / "methods_report.md").write_text(text)
     plot(rows, out / "methods_pass_at_k.png")
