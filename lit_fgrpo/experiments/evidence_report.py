@@ -29,7 +29,7 @@ from lit_fgrpo.experiments.evidence_stats import (
     noninferiority_verdict,
     paired,
 )
-from lit_fgrpo.experiments.sweep_report import read_csv
+from lit_fgrpo.experiments.sweep_report import read_csv, row_method
 
 ARMS: dict[str, tuple[int, float]] = {
     "GRPO-8": (8, 0.0),
@@ -69,7 +69,7 @@ def _by_seed(rows: Sequence[dict[str, Any]], arm: str) -> dict[int, dict[str, An
     return {
         int(r["seed"]): r
         for r in rows
-        if int(r["group_size"]) == size and float(r["gamma"]) == gamma and (r.get("method") or "focal") == "focal"
+        if int(r["group_size"]) == size and float(r["gamma"]) == gamma and row_method(r) == "focal"
     }
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, report_dir
 from lit_fgrpo.experiments.evidence_stats import paired
+from lit_fgrpo.experiments.sweep_report import row_method
 
 LABELS = {
     "maxrl": "MaxRL",
@@ -33,7 +34,7 @@ BASELINE = "GRPO"
 
 def arm_label(row: dict[str, Any]) -> str:
     """``GRPO``, ``F-GRPO γ=0.5``, ``MaxRL``, ... (with ``N=`` when the group size is not 8)."""
-    method, gamma = row.get("method") or "focal", float(row["gamma"])
+    method, gamma = row_method(row), float(row["gamma"])
     if method == "focal":
         label = BASELINE if gamma == 0 else f"F-GRPO γ={gamma:g}"
     else:
@@ -53,7 +54,7 @@ def _sync_twins(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
     """Label of each asynchronous arm -> label of the synchronous arm with the same N and gamma."""
     twins = {}
     for row in rows:
-        if row.get("method") == "async":
+        if row_method(row) == "async":
             twins[arm_label(row)] = arm_label(dict(row) | {"method": "focal"})
     return twins
 

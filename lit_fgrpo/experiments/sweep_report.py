@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Any
 
 
+def row_method(row: dict[str, Any]) -> str:
+    """The method of a sweep row; rows written before arms had a method (empty or missing cell) are ``focal``."""
+    return str(row.get("method") or "focal")
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write the sweep rows (one per arm) as CSV, atomically; the header is the union of the keys, in first-seen order."""
     path = Path(path)
@@ -74,7 +79,7 @@ def plot_neg_log_pass(rows: Sequence[dict[str, Any]], ks: Sequence[int], path: s
         return None
     ks = [k for k in ks if rows and f"pass_at_{k}" in rows[0]]
     fig, axes = plt.subplots(1, len(ks), figsize=(3.6 * len(ks), 3.2), squeeze=False)
-    rows = [r for r in rows if (r.get("method") or "focal") == "focal"]  # other methods: lit-fgrpo maze-compare
+    rows = [r for r in rows if row_method(r) == "focal"]  # other methods: lit-fgrpo maze-compare
     gammas = sorted({float(r["gamma"]) for r in rows})
     for ax, k in zip(axes[0], ks):
         key = f"pass_at_{k}"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_fgrpo.experiments.sweep_arm import Arm
+from lit_fgrpo.experiments.sweep_report import row_method
 
 # Settings that may change between runs of one output directory; every other one must stay as it was.
 FREE_SETTINGS = {"seeds", "arms", "group_sizes", "gammas", "step_budget", "time_budget_s", "num_threads",
@@ -39,8 +40,7 @@ class Budget:
 
 def pending_units(rows: list[dict[str, Any]], arms: list[Arm], steps: list[int]) -> list[tuple[Arm, int]]:
     """The (arm, milestone) units of ``arms`` x ``steps`` that have no row in ``rows`` yet."""
-    # rows of sweeps made before arms had a method are F-GRPO/GRPO ("focal") rows
-    done = {(int(r["group_size"]), float(r["gamma"]), r.get("method") or "focal", int(r["rl_steps"])) for r in rows}
+    done = {(int(r["group_size"]), float(r["gamma"]), row_method(r), int(r["rl_steps"])) for r in rows}
     return [(a, m) for a in arms for m in steps if (a.group_size, a.gamma, a.method, m) not in done]
 
 
