@@ -10,11 +10,11 @@ where ``z`` are the raw logits (before top-k / top-p filtering, which shape the 
 policy), ``τ`` the sampling temperature and ``y`` the sampled token.
 
 Per-prompt seeds. HF sampling draws from one global generator for the whole batch, so what a prompt gets would
-depend on which prompts share its call. Instead every row samples by the Gumbel-max trick with its own
-``torch.Generator``: ``y = argmax_v (s_v + g_v)`` with ``s`` the tempered, top-k/top-p filtered scores and
-``g_v = -log E_v``, ``E_v ~ Exp(1)`` drawn from the row's generator, which is an exact sample of ``softmax(s)``.
-Row ``j`` of prompt ``i`` seeds its generator from ``(seeds[i], j)``, so its tokens depend only on ``seeds[i]`` and
-the weights, never on the batch. ``generate`` then runs greedy decoding over these already-sampled scores.
+depend on which prompts share its call. Instead every row samples from a counter-based generator keyed by its own
+seed (:class:`~lit_fgrpo.rollout.row_sampling.RowSampler`: one uniform number per row and step, inverse-CDF
+sampling of the tempered, top-k/top-p filtered distribution). Row ``j`` of prompt ``i`` has the seed
+``prompt_seed(seeds[i], j, 0)``, so its tokens depend only on ``seeds[i]`` and the weights, never on the batch.
+``generate`` then runs greedy decoding over these already-sampled scores.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from torch import nn
 
 from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.row_sampling import RowSampler
 from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
 
@@ -48,42 +49,6 @@ def prompt_seeds(sampling: SamplingConfig, num_prompts: int, seeds: Sequence[int
     if sampling.seed is not None:
         return [sampling.seed + i * sampling.n for i in range(num_prompts)]
     return torch.randint(0, 2**SEED_BITS - 1, (num_prompts,)).tolist()
-
-
-class GumbelSampler:
-    """A logits processor that samples each row with its own generator and records the sampling log-probs.
-
-    Called by ``generate`` once per step with the (R, V) raw logits; returns scores that are ``0`` at the sampled
-    token and ``-inf`` elsewhere, so greedy decoding picks it. Keeps only the (R,) log-prob of the sampled token per
-    step, never the full-vocabulary logits of every step.
-    """
-
-    def __init__(self, row_seeds: list[int], sampling: SamplingConfig, device: torch.device) -> None:
-        from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
-
-        self.generators = [torch.Generator(device=device).manual_seed(s) for s in row_seeds]
-        self.temperature = sampling.temperature
-        self.warpers: list[Any] = []
-        if sampling.top_k > 0:
-            self.warpers.append(TopKLogitsWarper(top_k=sampling.top_k))
-        if sampling.top_p < 1.0:
-            self.warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
-        self.step_logprobs: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        tempered = scores.float() / self.temperature  # (R, V)
-        logp = torch.log_softmax(tempered, dim=-1)  # (R, V)
-        filtered = tempered
-        for warper in self.warpers:
-            filtered = warper(input_ids, filtered)  # (R, V), -inf outside top-k / top-p
-        noise = torch.empty_like(filtered)  # (R, V)
-        for row, generator in enumerate(self.generators):
-            noise[row].exponential_(generator=generator)  # E ~ Exp(1): -log E is Gumbel(0, 1)
-        tokens = (filtered - noise.log()).argmax(dim=-1)  # (R,)
-        self.step_logprobs.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))  # (R,)
-        out = torch.full_like(scores, float("-inf"))  # (R, V)
-        out.scatter_(-1, tokens.unsqueeze(-1), 0.0)
-        return out
 
 
 class HFEngine(RolloutEngine):
@@ -127,7 +92,7 @@ class HFEngine(RolloutEngine):
     def _generation_config(self, sampling: SamplingConfig, stop_ids: list[int]) -> Any:
         from transformers import GenerationConfig
 
-        # Greedy over the GumbelSampler's scores: the sampling itself (temperature, top-k, top-p) happens there.
+        # Greedy over the RowSampler's scores: the sampling itself (temperature, top-k, top-p) happens there.
         return GenerationConfig(
             do_sample=False,
             temperature=None,
@@ -151,7 +116,7 @@ class HFEngine(RolloutEngine):
         """Sample ``sampling.n`` completions per prompt; rows are prompt-major (row ``i * n + j``).
 
         Rows are expanded to ``P * n`` left-padded copies and sent in chunks of at most ``chunk_size`` rows.
-        Row ``j`` of prompt ``i`` samples from its own generator seeded ``prompt_seed(seeds[i], j, 0)``, so prompt
+        Row ``j`` of prompt ``i`` samples from its own counter-based generator keyed ``prompt_seed(seeds[i], j, 0)``, so prompt
         ``i``'s completions depend only on ``seeds[i]`` and the weights (up to float noise of batching), not on the
         other prompts of the call. The global RNG is left untouched when a seed is given.
 
@@ -176,7 +141,7 @@ class HFEngine(RolloutEngine):
             for start in range(0, len(rows), self.chunk_size):
                 chunk = rows[start : start + self.chunk_size]
                 input_ids, attn = self._left_pad(chunk)  # (R, L)
-                sampler = GumbelSampler(row_seeds[start : start + self.chunk_size], sampling, input_ids.device)
+                sampler = RowSampler(row_seeds[start : start + self.chunk_size], sampling, input_ids.device)
                 out = self.model.generate(  # type: ignore[operator]
                     input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg, logits_processor=[sampler]
                 )

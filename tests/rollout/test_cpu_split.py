@@ -6,6 +6,7 @@ Real processes: a child started inside ``starting()`` plays the engine (the vLLM
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -32,10 +33,8 @@ def restore_affinity() -> Iterator[None]:
     """Whatever a test does, this pytest process gets its cores back (every thread)."""
     yield
     for tid in os.listdir(f"/proc/{os.getpid()}/task"):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(int(tid), set(CORES))
-        except ProcessLookupError:
-            pass
 
 
 @needs_two

@@ -4,8 +4,10 @@ The fixture was first recorded before the rollout-seam redesign (issue 8, commit
 redesign changed no number. It was re-recorded once for an intended change, per-prompt sampling seeds (issue 9:
 ``prompt_seed(seed, position, step, stream)`` and per-row Gumbel-max sampling in the HF engine change which tokens
 are drawn), after checking that the rest of that change (global mini-batches, padded backwards, fail-together
-checks, reduced statistics) still matched the old fixture under the old sampling. It now pins the numbers of
-everything after it. Re-record only for an intended behaviour change:
+checks, reduced statistics) still matched the old fixture under the old sampling. It was re-recorded a second
+time for the HF engine's counter-based row sampler (issue 15: one uniform number per row and step from
+SplitMix64 and inverse-CDF sampling instead of a ``torch.Generator`` per row, which draws other tokens from the
+same distribution); that change touched nothing but the sampler. It now pins the numbers of everything after it. Re-record only for an intended behaviour change:
 ``LIT_FGRPO_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/training/test_golden.py``.
 """
 
@@ -26,6 +28,7 @@ from tests.training.tiny_setup import MAZE_TINY_MODEL, maze_data, quiet_trainer,
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "golden_maze_tiny_3_steps.safetensors"
 STEPS = 3
+WARM_STEPS = 150  # enough supervised steps that some groups of 8 have mixed rewards in the 3 RL steps
 
 
 class ActiveGroups(L.Callback):
@@ -57,7 +60,7 @@ def run_maze_tiny(steps: int = STEPS) -> tuple[dict[str, torch.Tensor], list[flo
     active = ActiveGroups()
     trainer = quiet_trainer(
         steps,
-        [WarmStartCallback(steps=20, batch_size=64, lr=1e-3), rollout, active],
+        [WarmStartCallback(steps=WARM_STEPS, batch_size=64, lr=1e-3), rollout, active],
         enable_checkpointing=False,
         devices=1,
     )
