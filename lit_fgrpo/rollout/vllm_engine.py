@@ -71,7 +71,8 @@ class VLLMEngine(RolloutEngine):
         cpu_cores: CPU only, multiprocess mode only: CPU indices for the engine's processes (engine core and
             worker); the trainer's process is pinned to the other cores until :meth:`close`
             (:class:`~lit_fgrpo.rollout.cpu_split.CpuSplit`). What lets asynchronous rollouts overlap on a CPU
-            box; ``None`` = wherever the OS schedules them.
+            box; ``None`` = wherever the OS schedules them. The list is the same on every rank: with several DDP
+            ranks on one machine their engines would share these cores (one rank per machine, or leave it unset).
         **llm_kwargs: anything else for ``vllm.LLM`` (e.g. ``enforce_eager``, ``compilation_config``).
     """
 
