@@ -116,8 +116,8 @@ class HFEngine(RolloutEngine):
         """Sample ``sampling.n`` completions per prompt; rows are prompt-major (row ``i * n + j``).
 
         Rows are expanded to ``P * n`` left-padded copies and sent in chunks of at most ``chunk_size`` rows.
-        Row ``j`` of prompt ``i`` samples from its own counter-based generator keyed ``prompt_seed(seeds[i], j, 0)``, so prompt
-        ``i``'s completions depend only on ``seeds[i]`` and the weights (up to float noise of batching), not on the
+        Row ``j`` of prompt ``i`` samples from its own counter-based generator keyed ``prompt_seed(seeds[i], j, 0)``,
+        so prompt ``i``'s completions depend only on ``seeds[i]`` and the weights (up to float noise of batching), not on the
         other prompts of the call. The global RNG is left untouched when a seed is given.
 
         Args:
