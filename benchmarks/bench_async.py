@@ -12,6 +12,8 @@ for) or, with ``--engine hf_copy``, HF ``generate`` on a private copy of the pol
 Goal of issue 11: k = 1 at most 0.7 of k = 0 where generation and training take similar time.
 
 Run: ``python benchmarks/bench_async.py`` (full) or ``--quick`` (a smoke run: tiny model, few steps).
+``--split``: the CPU comparison of docs/RESULTS.md §8.1, k = 0 on 1 and on 2 trainer threads against k = 1 with the
+vLLM engine on core 1 (``engine_kwargs.cpu_cores``) and the trainer on core 0.
 """
 
 from __future__ import annotations
