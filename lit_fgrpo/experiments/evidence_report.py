@@ -184,17 +184,25 @@ def _paragraph(name: str, result: dict[str, Any]) -> str:
 
 
 def plot_pass_at_k(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
-    """pass@k against k (log2 axis): one line per pre-registered arm and the warm start (see :func:`plot_arms`)."""
+    """pass@k against k and each arm's paired difference to GRPO-8 (see :func:`plot_arms`)."""
     ks = [k for k in KS if rows and f"pass_at_{k}" in rows[0]]
     per_arm = {name: _by_seed(rows, name) for name in ARMS} | {"warm start": base_by_seed(rows)}
-    return plot_arms(per_arm, ks, path, "test pass@k")
+    return plot_arms(per_arm, ks, path, "test pass@k", baseline="GRPO-8")
 
 
 def plot_arms(
-    per_arm: dict[str, dict[int, dict[str, Any]]], ks: Sequence[int], path: Path, ylabel: str, title: str = ""
+    per_arm: dict[str, dict[int, dict[str, Any]]],
+    ks: Sequence[int],
+    path: Path,
+    ylabel: str,
+    title: str = "",
+    baseline: str | None = None,
 ) -> Path | None:
     """pass@k against k (log2 axis): a line per arm (mean over its seeds) with a 95 % t band from 2 seeds on;
-    the arm named ``warm start`` dashed. Returns the PNG path, or None without matplotlib."""
+    the arm named ``warm start`` dashed. With ``baseline``, a second panel: every other arm's paired per-seed
+    difference to the baseline at each k with its 95 % t interval (the seed-to-seed spread of the levels dwarfs the
+    differences between arms, so the paired differences are what can be read). Returns the PNG path, or None
+    without matplotlib."""
     try:
         import matplotlib
 
@@ -202,8 +210,11 @@ def plot_arms(
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    for name, per_seed in per_arm.items():
+    paired_panel = baseline is not None and bool(per_arm.get(baseline))
+    fig, axes = plt.subplots(1, 2 if paired_panel else 1, figsize=(11, 4.2) if paired_panel else (5.5, 4),
+                             squeeze=False)  # fmt: skip
+    ax = axes[0][0]
+    for offset, (name, per_seed) in enumerate(per_arm.items()):
         if not per_seed:
             continue
         stats = [paired([float(r[f"pass_at_{k}"]) for r in per_seed.values()]) for k in ks]
@@ -212,12 +223,26 @@ def plot_arms(
                        linestyle="--" if name == "warm start" else "-")  # fmt: skip
         if len(per_seed) >= 2:
             ax.fill_between(ks, [s.low for s in stats], [s.high for s in stats], alpha=0.2, color=line[0].get_color())
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k")
+        if paired_panel and name != baseline:
+            base = per_arm[str(baseline)]
+            common = sorted(set(per_seed) & set(base))
+            diffs = [paired([float(per_seed[s][f"pass_at_{k}"]) - float(base[s][f"pass_at_{k}"]) for s in common])
+                     for k in ks]  # fmt: skip
+            x = [k * 2 ** (0.06 * (offset - len(per_arm) / 2)) for k in ks]  # side by side on the log axis
+            err = [[d.mean - d.low for d in diffs], [d.high - d.mean for d in diffs]]
+            axes[0][1].errorbar(x, [d.mean for d in diffs], yerr=err, marker="o", capsize=3, linestyle="none",
+                                color=line[0].get_color(), label=f"{name} ({len(common)} seeds)")  # fmt: skip
     ax.set_ylabel(ylabel)
+    if paired_panel:
+        right = axes[0][1]
+        right.axhline(0.0, color="gray", linewidth=0.8)
+        right.set_ylabel(f"minus {baseline}'s, same seed (95 % t interval)")
+    for panel in axes[0]:
+        panel.set_xscale("log", base=2)
+        panel.set_xlabel("k")
+        panel.legend(fontsize=7)
     if title:
-        ax.set_title(title)
-    ax.legend(fontsize=7)
+        fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, report_dir
+from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, plot_arms, report_dir
 from lit_fgrpo.experiments.evidence_stats import paired
 from lit_fgrpo.experiments.sweep_report import row_method
 
@@ -112,47 +112,12 @@ def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> Path | None:
-    """Two panels: pass@k against k (log2 axis, mean over seeds, the warm start dashed), and each arm's paired
-    per-seed difference to GRPO at each k with its 95 % t interval (the seed spread dwarfs the method effects, so
-    the differences are what can be read). Returns the PNG path, or None without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    ks = _ks(rows)
+    """Two panels: pass@k against k (log2 axis, mean over seeds with 95 % t bands, the warm start dashed), and each
+    arm's paired per-seed difference to GRPO at each k with its 95 % t interval (:func:`plot_arms`). Returns the PNG
+    path, or None without matplotlib."""
     arms = {"warm start": base_by_seed(rows)} | by_arm(rows)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for offset, (name, per_seed) in enumerate(arms.items()):
-        means = [float(np.mean([float(r[f"pass_at_{k}"]) for r in per_seed.values()])) for k in ks]
-        style = "--" if name == "warm start" else "-"
-        line = left.plot(ks, means, marker="o", linestyle=style, label=f"{name} ({len(per_seed)} seeds)")
-        if name in ("warm start", BASELINE) or BASELINE not in arms:
-            continue
-        common = sorted(set(per_seed) & set(arms[BASELINE]))
-        diffs = [
-            paired([float(per_seed[s][f"pass_at_{k}"]) - float(arms[BASELINE][s][f"pass_at_{k}"]) for s in common])
-            for k in ks
-        ]
-        x = [k * 2 ** (0.06 * (offset - len(arms) / 2)) for k in ks]  # side by side on the log axis
-        err = [[d.mean - d.low for d in diffs], [d.high - d.mean for d in diffs]]
-        right.errorbar(x, [d.mean for d in diffs], yerr=err, marker="o", capsize=3, linestyle="none",
-                       color=line[0].get_color(), label=name)  # fmt: skip
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
-        ax.legend(fontsize=7)
-    right.axhline(0.0, color="gray", linewidth=0.8)
-    left.set_ylabel("held-out pass@k (mean over seeds)")
-    right.set_ylabel(f"pass@k - {BASELINE}'s, same seed (95 % t interval)")
-    fig.suptitle("maze: methods at equal generated tokens")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return plot_arms(arms, _ks(rows), path, "held-out pass@k (mean over seeds)",
+                     title="maze: methods at equal generated tokens", baseline=BASELINE)  # fmt: skip
 
 
 def compare(source: str, out_dir: str | None = None, rl_steps: int | None = None) -> str:
