@@ -1,4 +1,4 @@
-"""Rollouts with the trainer's own policy module through Hugging Face ``generate``.
+"""Rollouts with the trainer's own policy module: its own sampling loop, or Hugging Face ``generate``.
 
 No second copy of the weights exists, so :meth:`HFEngine.sync_weights` is a no-op and the sampling
 log-probs are those of the trainer's policy (up to batching noise):
@@ -14,7 +14,9 @@ depend on which prompts share its call. Instead every row samples from a counter
 seed (:class:`~lit_fgrpo.rollout.row_sampling.RowSampler`: one uniform number per row and step, inverse-CDF
 sampling of the tempered, top-k/top-p filtered distribution). Row ``j`` of prompt ``i`` has the seed
 ``prompt_seed(seeds[i], j, 0)``, so its tokens depend only on ``seeds[i]`` and the weights, never on the batch.
-``generate`` then runs greedy decoding over these already-sampled scores.
+The engine's loop (:func:`~lit_fgrpo.rollout.decode.sample_rows`: one prefill per prompt, a preallocated KV
+cache, finished rows dropped) draws with it directly; on ``generate`` (models with sliding-window or hybrid caches,
+or ``own_loop=False``) the sampler is a logits processor and greedy decoding picks its token.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch import nn
 
 from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.decode import sample_rows, supports_own_loop
 from lit_fgrpo.rollout.row_sampling import RowSampler
 from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
@@ -59,15 +62,21 @@ class HFEngine(RolloutEngine):
         pad_token_id: id used for left-padding prompts and right-padding finished rows.
         eos_token_id: always a stop token, in addition to ``SamplingConfig.stop_token_ids``.
         chunk_size: most rows (prompts x samples) sent to one ``generate`` / forward call.
+        own_loop: sample with :func:`~lit_fgrpo.rollout.decode.sample_rows` (one prefill per prompt, a
+            preallocated KV cache, finished rows dropped) where the model allows it (a plain full-attention cache);
+            False always uses ``model.generate``. Both give a row the same tokens up to float rounding.
     """
 
-    def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512) -> None:
+    def __init__(
+        self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512, own_loop: bool = True
+    ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.eos_token_id = int(eos_token_id)
         self.chunk_size = int(chunk_size)
+        self.own_loop = bool(own_loop)
 
     @property
     def device(self) -> torch.device:
@@ -137,15 +146,30 @@ class HFEngine(RolloutEngine):
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
+        own_loop = self.own_loop and supports_own_loop(self.model) and all(prompt_ids)
         with eval_mode(self.model):
             for start in range(0, len(rows), self.chunk_size):
+                sampler = RowSampler(row_seeds[start : start + self.chunk_size], sampling, self.device)
+                if own_loop:
+                    # rows are prompt-major: the chunk's distinct prompts are prefilled once each
+                    first, last = start // sampling.n, (min(start + self.chunk_size, len(rows)) - 1) // sampling.n
+                    row_prompt = [
+                        r // sampling.n - first for r in range(start, min(start + self.chunk_size, len(rows)))
+                    ]
+                    out = sample_rows(
+                        self.model, prompt_ids[first : last + 1], row_prompt, sampler, sampling.max_tokens, stop_set,
+                        self.pad_token_id,
+                    )  # fmt: skip
+                    completions += out.tokens
+                    logprobs += out.logprobs
+                    finished += out.finished
+                    continue
                 chunk = rows[start : start + self.chunk_size]
                 input_ids, attn = self._left_pad(chunk)  # (R, L)
-                sampler = RowSampler(row_seeds[start : start + self.chunk_size], sampling, input_ids.device)
-                out = self.model.generate(  # type: ignore[operator]
+                gen_out = self.model.generate(  # type: ignore[operator]
                     input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg, logits_processor=[sampler]
                 )
-                new = out.sequences[:, input_ids.shape[1] :].cpu()  # (R, T_new)
+                new = gen_out.sequences[:, input_ids.shape[1] :].cpu()  # (R, T_new)
                 tok_logp = torch.stack(sampler.step_logprobs, dim=1).cpu()  # (R, T_new)
                 for r in range(new.shape[0]):
                     toks = new[r].tolist()

@@ -82,9 +82,10 @@ def sample_inverse_cdf(scores: torch.Tensor, uniforms: torch.Tensor) -> torch.Te
 class RowSampler:
     """A logits processor that samples each row from its own seed and records the sampling log-probs.
 
-    Called by ``generate`` once per step with the (R, V) raw logits; returns scores that are ``0`` at the sampled
-    token and ``-inf`` elsewhere, so greedy decoding picks it. Keeps only the (R,) log-prob of the sampled token
-    per step, never the full-vocabulary logits of every step.
+    :meth:`draw` serves the engine's own decoding loop (:mod:`lit_fgrpo.rollout.decode`); called as a logits
+    processor by ``generate`` (the fallback), it returns scores that are ``0`` at the sampled token and ``-inf``
+    elsewhere, so greedy decoding picks it. Either way only the log-prob of the sampled token is kept per step,
+    never the full-vocabulary logits of every step.
     """
 
     def __init__(self, row_seeds: list[int], sampling: SamplingConfig, device: torch.device) -> None:
@@ -100,15 +101,32 @@ class RowSampler:
             self.warpers.append(TopPLogitsWarper(top_p=sampling.top_p))
         self.step_logprobs: list[torch.Tensor] = []
 
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        tempered = scores.float() / self.temperature  # (R, V)
-        logp = torch.log_softmax(tempered, dim=-1)  # (R, V)
+    def draw(
+        self, logits: torch.Tensor, step: int, rows: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample decoding step ``step`` of the rows ``rows`` (indices into the seeds; None = all rows).
+
+        Args:
+            logits: (R', V) raw logits of those rows.
+            step: the decoding step (0 for the first completion token): with the row's seed it fixes the uniform.
+            rows: (R',) row indices, for a loop that drops finished rows from its batch.
+
+        Returns:
+            (R',) sampled token ids and (R',) their log-probs ``log_softmax(z / τ)[y]`` (before any filtering).
+        """
+        tempered = logits.float() / self.temperature  # (R', V)
+        logp = torch.log_softmax(tempered, dim=-1)  # (R', V)
         filtered = tempered
         for warper in self.warpers:
-            filtered = warper(input_ids, filtered)  # (R, V), -inf outside top-k / top-p
-        uniforms = row_uniforms(self.keys, len(self.step_logprobs)).to(self.device)  # (R,)
-        tokens = sample_inverse_cdf(filtered, uniforms)  # (R,)
-        self.step_logprobs.append(logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))  # (R,)
+            filtered = warper(None, filtered)  # (R', V), -inf outside top-k / top-p (the warpers ignore input_ids)
+        keys = self.keys if rows is None else self.keys[rows.cpu()]  # (R',)
+        tokens = sample_inverse_cdf(filtered, row_uniforms(keys, step).to(self.device))  # (R',)
+        return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """HF ``logits_processor`` form: scores that are ``0`` at the sampled token and ``-inf`` elsewhere."""
+        tokens, logp = self.draw(scores, len(self.step_logprobs))  # (R,), (R,)
+        self.step_logprobs.append(logp)
         out = torch.full_like(scores, float("-inf"))  # (R, V)
         out.scatter_(-1, tokens.unsqueeze(-1), 0.0)
         return out

@@ -7,7 +7,11 @@ are drawn), after checking that the rest of that change (global mini-batches, pa
 checks, reduced statistics) still matched the old fixture under the old sampling. It was re-recorded a second
 time for the HF engine's counter-based row sampler (issue 15: one uniform number per row and step from
 SplitMix64 and inverse-CDF sampling instead of a ``torch.Generator`` per row, which draws other tokens from the
-same distribution); that change touched nothing but the sampler. The run pins torch to 1 thread (and restores the
+same distribution); that change touched nothing but the sampler. It was re-recorded a third time for the shared-prompt forward of the
+training pass (issue 15: each distinct prompt runs through the decoder once, its KV cache indexed out to the
+group's rows): with that one piece switched off, the new code reproduced the previous fixture bit for bit (the
+engine's own sampling loop drew the same tokens as ``generate``; logits kept instead of recomputed change no
+float), and with it on the weights moved by at most 4.1e-6, float rounding of the summed prompt gradients. The run pins torch to 1 thread (and restores the
 caller's count), so the fixture does not depend on which tests ran before it in the same process. It now pins the numbers of everything after it. Re-record only for an intended behaviour change:
 ``LIT_FGRPO_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/training/test_golden.py``.
 """
