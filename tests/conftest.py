@@ -10,6 +10,8 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from collections.abc import Iterator  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -17,6 +19,22 @@ import torch  # noqa: E402
 @pytest.fixture(autouse=True)
 def _seed_everything() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Every test runs with 1 intra-op thread (the caller's count restored after).
+
+    Many tests compare two runs in one process bit for bit (resume, k = 0 against synchronous, golden weights).
+    With 2 threads, MKL's matmuls may split the work differently once another thread of the process has run
+    OpenMP regions (an asynchronous-rollout test's generator thread, for one), and the last bits of a gradient
+    change: the comparison then failed in about half the runs after such a test. One thread computes one way.
+    Tests about thread counts set their own.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def cuda_available() -> bool:

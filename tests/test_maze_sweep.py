@@ -144,7 +144,13 @@ def test_method_arms_at_a_token_budget_and_their_comparison(tmp_path: Path, caps
     settings = TINY | {"arms": ["4:0", "4:0:band", "4:0:dynamic", "4:0:async"], "seeds": [0], "milestones": [], "rl_steps": 30,
                        "token_budget": 120}  # fmt: skip
     out = tmp_path / "methods"
-    rows = run_maze_sweep(**settings, out_dir=str(out))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows = run_maze_sweep(**settings, out_dir=str(out))
+        assert torch.get_num_threads() == 2  # the sweep's num_threads=1 held for its run only
+    finally:
+        torch.set_num_threads(threads)
     by_method = {r["method"]: r for r in rows}
     assert sorted(by_method) == ["async", "band", "dynamic", "focal"]
     for row in rows:  # every arm generated (about) the budget, whatever its step count

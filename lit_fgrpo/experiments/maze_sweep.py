@@ -132,7 +132,7 @@ def run_maze_sweep(
         maze_rows: Maze cell rows.
         maze_cols: Maze cell columns.
         maze_seed: Seed of a test set shared by all seeds (None: each seed's own held-out test split).
-        num_threads: ``torch.set_num_threads`` for the run.
+        num_threads: ``torch.set_num_threads`` for the run (the caller's count is restored after).
         num_train: Training mazes.
         num_val: Validation mazes (pre-RL check that all arms of a seed start equal).
         num_test: Held-out test mazes.
@@ -167,7 +167,6 @@ def run_maze_sweep(
     arm_list = [Arm.parse(a) for a in arms] if arms else [Arm(n, float(g)) for n in group_sizes for g in gammas]
     steps = sorted({*milestones, rl_steps})
     _check_settings(settings, arm_list, steps)
-    torch.set_num_threads(num_threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_or_write_config(out, settings)
@@ -193,9 +192,14 @@ def run_maze_sweep(
             rows = seed_rows(seed)
             todo = pending_units(rows, arm_list, steps)
             if todo and not budget.spent():
-                rows = _run_seed(
-                    seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation
-                )
+                threads = torch.get_num_threads()
+                torch.set_num_threads(num_threads)  # for the run only: a caller in the same process keeps its own
+                try:
+                    rows = _run_seed(
+                        seed, seed_dir, todo, rows, settings, config, maze_config, device, budget, uri, invocation
+                    )
+                finally:
+                    torch.set_num_threads(threads)
             pending = pending_units(rows, arm_list, steps)
             left += [f"seed{seed}/{arm.name}@{m}" for arm, m in pending]
             bar.update(1, units_left=len(left), units_total=total_units)

@@ -124,7 +124,8 @@ class HFEngine(RolloutEngine):
     ) -> Generation:
         """Sample ``sampling.n`` completions per prompt; rows are prompt-major (row ``i * n + j``).
 
-        Rows are expanded to ``P * n`` left-padded copies and sent in chunks of at most ``chunk_size`` rows.
+        Rows go in chunks of at most ``chunk_size``: through the engine's own loop (each prompt prefilled once for
+        its rows) where the model allows it, else as ``P * n`` left-padded copies through ``generate``.
         Row ``j`` of prompt ``i`` samples from its own counter-based generator keyed ``prompt_seed(seeds[i], j, 0)``,
         so prompt ``i``'s completions depend only on ``seeds[i]`` and the weights (up to float noise of batching), not on the
         other prompts of the call. The global RNG is left untouched when a seed is given.

@@ -1,12 +1,13 @@
-"""``HFCopyEngine``: HF ``generate`` on a private copy of the policy, so that generation can overlap training.
+"""``HFCopyEngine``: the HF engine on a private copy of the policy, so that generation can overlap training.
 
 :class:`~lit_fgrpo.rollout.hf.HFEngine` samples with the trainer's module itself, which is right for the
 synchronous loop and wrong for asynchronous rollouts (the optimizer would change the weights mid-generation).
 This engine deep-copies the policy once (frozen, eval mode) and :meth:`sync_weights` copies the trainer's tensors
 into it in place, so the engine holds exactly the weights of the last push until the next one.
 
-Seeded generation samples every row from its own ``torch.Generator`` (see :mod:`lit_fgrpo.rollout.hf`), so a
-generator thread never touches torch's global RNG and the trainer thread cannot disturb it.
+Seeded generation draws every row from its own counter-based stream (``RowSampler``, see
+:mod:`lit_fgrpo.rollout.hf`), never from torch's global RNG, so a generator thread and the trainer thread cannot
+disturb each other's random numbers.
 """
 
 from __future__ import annotations
