@@ -72,10 +72,17 @@ def word_count_rollouts(**kwargs: Any) -> RolloutCallback:
 
 
 def quiet_trainer(max_steps: int, callbacks: list[L.Callback], **kwargs: Any) -> L.Trainer:
-    """A CPU Trainer without logger, progress bar, model summary or validation; ``kwargs`` override or add."""
+    """A CPU Trainer without logger, progress bar, model summary or validation; ``kwargs`` override or add.
+
+    Checkpointing is on only when ``callbacks`` holds a ``ModelCheckpoint`` (with its own directory): Lightning's
+    default one would write ``checkpoints/`` into the working directory of whoever runs the tests.
+    """
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
     settings: dict[str, Any] = dict(
-        logger=False, limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu"
-    )
+        logger=False, limit_val_batches=0, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+    )  # fmt: skip
     return L.Trainer(max_steps=max_steps, callbacks=callbacks, **(settings | kwargs))
 
 
