@@ -110,3 +110,11 @@ def test_preallocated_layer_writes_in_place_and_selects_rows() -> None:
     layer.update(torch.randn(3, 1, 1, 4), torch.randn(3, 1, 1, 4))
     with pytest.raises(RuntimeError, match="exceed its buffer"):
         layer.update(torch.randn(3, 1, 1, 4), torch.randn(3, 1, 1, 4))
+
+
+def test_chunks_that_split_a_prompts_rows_match_generate() -> None:
+    model = tiny_model()
+    sampling = SamplingConfig(n=4, max_tokens=8, seed=3, stop_token_ids=[5, 6])
+    own = HFEngine(model, PAD, EOS, chunk_size=5).generate(prompts(3), sampling)  # chunks of 5 rows: 4 + 1, 3 + 2, ...
+    ref = HFEngine(model, PAD, EOS, own_loop=False).generate(prompts(3), sampling)
+    assert_same(own, ref)
