@@ -55,19 +55,34 @@ def _accepts_logits_to_keep(model: nn.Module) -> bool:
         return False
 
 
-def selective_log_softmax(logits: Tensor, token_ids: Tensor) -> Tensor:
-    """``log_softmax(logits)[token_ids]`` per position, via gather and logsumexp in float32.
+def logprobs_from_logits(logits: Tensor, token_ids: Tensor, with_entropy: bool = False) -> tuple[Tensor, Tensor | None]:
+    """``log_softmax(logits)[token_ids]`` per position in float32, and the entropy (detached) when asked.
+
+    One logsumexp serves both: ``logp = z[y] - logZ`` and ``H = logZ - sum_v softmax(z)_v z_v``.
 
     Args:
         logits: (..., V) logits (any float dtype).
         token_ids: (...) token ids to pick.
+        with_entropy: also return the (...) entropy, computed without grad.
 
     Returns:
-        (...) float32 log-probs.
+        (...) float32 log-probs, and (...) entropies or None.
     """
     logits = logits.float()
+    # gather before logsumexp: in backward the two (..., V) gradients then meet in an order that adds them in place
+    # (the other order kept one more (..., V) buffer at the peak: +220 MiB at V = 151,936 and 441-position chunks)
     picked = torch.gather(logits, dim=-1, index=token_ids.unsqueeze(-1)).squeeze(-1)  # (...)
-    return picked - torch.logsumexp(logits, dim=-1)  # (...)
+    logz = torch.logsumexp(logits, dim=-1)  # (...)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = logz - (torch.exp(logits - logz.unsqueeze(-1)) * logits).sum(-1)  # (...)
+    return picked - logz, entropy
+
+
+def selective_log_softmax(logits: Tensor, token_ids: Tensor) -> Tensor:
+    """``log_softmax(logits)[token_ids]`` per position, in float32: (..., V), (...) -> (...)."""
+    return logprobs_from_logits(logits, token_ids)[0]
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
@@ -122,17 +137,12 @@ def _chunk_stats(
     Returns:
         (n,) float32 log-probs.
     """
-    logits = head(hidden).float()  # (n, V)
+    logits = head(hidden)  # (n, V)
     if temperature != 1.0:
         logits = logits / temperature
-    # gather before logsumexp: in backward the two (n, V) gradients then meet in an order that adds them in place
-    # (the other order kept one more (n, V) buffer at the peak: +220 MiB at V = 151,936 and 441-position chunks)
-    picked = torch.gather(logits, dim=-1, index=targets.unsqueeze(-1)).squeeze(-1)  # (n,)
-    logz = torch.logsumexp(logits, dim=-1)  # (n,): shared by the log-prob and the entropy
-    logp = picked - logz  # (n,)
-    if entropy is not None:
-        with torch.no_grad():  # H = logZ - sum_v softmax(z)_v z_v
-            entropy.append(logz - (torch.exp(logits - logz.unsqueeze(-1)) * logits).sum(-1))  # (n,)
+    logp, ent = logprobs_from_logits(logits, targets, with_entropy=entropy is not None)  # (n,)
+    if entropy is not None and ent is not None:
+        entropy.append(ent)
     return logp
 
 
@@ -216,7 +226,11 @@ def completion_logprobs(
         targets = input_ids[rows, -T:]  # (b, T)
         if split is not None:
             decoder, head = split
-            hidden = shared_prompt_hidden(decoder, input_ids[rows], attention_mask[rows], T) if share_prompts else None
+            hidden = (
+                shared_prompt_hidden(decoder, input_ids[rows], attention_mask[rows], position_ids[rows], T)
+                if share_prompts
+                else None
+            )
             if hidden is None:
                 hidden = decoder(
                     input_ids=input_ids[rows],
@@ -240,7 +254,8 @@ def completion_logprobs(
         logits = out.logits[:, -(T + 1) : -1, :]  # (b, T, V): position t predicts token t + 1
         if temperature != 1.0:
             logits = logits / temperature
-        logps.append(selective_log_softmax(logits, targets))  # (b, T)
-        if with_entropy:
-            entropies.append(entropy_from_logits(logits))  # (b, T)
+        logp, ent = logprobs_from_logits(logits, targets, with_entropy)  # (b, T)
+        logps.append(logp)
+        if ent is not None:
+            entropies.append(ent)
     return TokenLogprobs(torch.cat(logps), torch.cat(entropies) if with_entropy else None)

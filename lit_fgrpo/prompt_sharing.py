@@ -34,13 +34,16 @@ def _checkpointing(decoder: nn.Module) -> bool:
     return any(getattr(m, "gradient_checkpointing", False) for m in decoder.modules())
 
 
-def shared_prompt_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, T: int) -> Tensor | None:
+def shared_prompt_hidden(
+    decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, T: int
+) -> Tensor | None:
     """Hidden states that predict the last ``T`` tokens of each row, with each distinct prompt run once.
 
     Args:
         decoder: the HF decoder (``base_model``: returns ``last_hidden_state`` and takes ``past_key_values``).
         input_ids: (b, Tp + T) left-padded prompt then right-padded completion.
         attention_mask: (b, Tp + T) 1 on real tokens.
+        position_ids: (b, Tp + T) positions of the whole rows (``cumsum(mask) - 1``, as the whole-row pass uses).
         T: completion columns.
 
     Returns:
@@ -58,15 +61,14 @@ def shared_prompt_hidden(decoder: nn.Module, input_ids: Tensor, attention_mask: 
     if distinct.shape[0] == b:
         return None
     prompt_ids, prompt_mask = distinct[:, :Tp], distinct[:, Tp:].to(attention_mask.dtype)  # (U, Tp)
-    prompt_pos = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (U, Tp)
+    prompt_pos = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (U, Tp): the rows' own, per distinct prompt
     cache = DynamicCache()
     prompt_hidden = decoder(
         input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, past_key_values=cache, use_cache=True
     ).last_hidden_state[:, -1]  # (U, H): predicts the first completion token
     cache.batch_select_indices(row_prompt)  # every layer's (U, heads, Tp, d) -> (b, heads, Tp, d)
-    completion_pos = (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)[:, Tp:]  # (b, T), as for whole rows
     completion_hidden = decoder(
-        input_ids=input_ids[:, Tp:], attention_mask=attention_mask, position_ids=completion_pos,
+        input_ids=input_ids[:, Tp:], attention_mask=attention_mask, position_ids=position_ids[:, Tp:],
         past_key_values=cache, use_cache=True,
     ).last_hidden_state  # (b, T, H)  # fmt: skip
     return torch.cat([prompt_hidden[row_prompt].unsqueeze(1), completion_hidden[:, :-1]], dim=1)  # (b, T, H)

@@ -149,16 +149,6 @@ def test_tiny_policy_forward(arch: str) -> None:
     assert (paper.num_layers, paper.hidden_size, paper.num_kv_heads, paper.rope_theta) == (4, 256, 2, 1e6)
 
 
-@pytest.fixture
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, and two threads on a busy 2-core CPU run 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.usefixtures("_one_thread")
 def test_warm_start_lowers_loss_and_evaluates() -> None:
     tok = build_word_tokenizer(MAZE_VOCAB)
     splits = make_maze_splits(MazeConfig(3, 3), 256, 0, 4, seed=0)

@@ -34,6 +34,11 @@ def group_batch(P: int = 3, G: int = 4, Tp: int = 7, T: int = 6) -> tuple[torch.
     return ids[order], mask[order]
 
 
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Whole-row positions, as ``completion_logprobs`` computes them: (B, L)."""
+    return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+
 def run(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, T: int, **kwargs: Any) -> tuple[Any, Any, Any]:
     """(logp, entropy, grads) of a weighted sum of the log-probs."""
     model.zero_grad(set_to_none=True)
@@ -102,11 +107,11 @@ def test_nothing_is_shared_where_it_cannot_be() -> None:
     assert split is not None
     decoder = split[0]
     ids, mask = group_batch(P=4, G=1)
-    assert shared_prompt_hidden(decoder, ids, mask, 6) is None  # every prompt distinct
+    assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 6) is None  # every prompt distinct
     ids, mask = group_batch()
-    assert shared_prompt_hidden(decoder, ids, mask, 13) is None  # no prompt column
+    assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 13) is None  # no prompt column
     model.gradient_checkpointing_enable()
     model.train()
-    assert shared_prompt_hidden(decoder, ids, mask, 6) is None  # transformers would drop the cache
+    assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 6) is None  # transformers would drop the cache
     model.eval()
-    assert shared_prompt_hidden(decoder, ids, mask, 6) is not None  # no checkpointing outside training
+    assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 6) is not None  # no checkpointing outside training

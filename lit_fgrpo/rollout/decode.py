@@ -105,7 +105,8 @@ class Sampled:
     """Whether the row ended on a stop token (else it ran to ``max_tokens``)."""
 
 
-def _left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+def left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-pad token lists into ``input_ids`` and ``attention_mask``, both (P, L), on ``device``."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)  # (P, L)
     attn = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, L)
@@ -145,7 +146,7 @@ def sample_rows(
     if layers is None:
         raise ValueError(f"sample_rows: {type(model).__name__} has no plain full-attention cache; use generate")
     device = next(model.parameters()).device
-    ids, attn = _left_pad(prompts, pad_token_id, device)  # (P, L)
+    ids, attn = left_pad(prompts, pad_token_id, device)  # (P, L)
     L = ids.shape[1]
     cache = Cache(layers=[PreallocatedLayer(extra=max_tokens) for _ in range(layers)])
     positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (P, L): left padding does not shift RoPE positions
@@ -159,11 +160,11 @@ def sample_rows(
     mask = torch.ones((len(row_prompt), L + max_tokens), dtype=torch.long, device=device)  # (R, L + T)
     mask[:, :L] = attn[expand]
     next_pos = positions[expand, -1] + 1  # (R,)
-    unpadded = bool(attn.all())
     active = torch.arange(len(row_prompt), device=device)  # (R',) rows still sampling
     tokens = torch.full((len(row_prompt), max_tokens), pad_token_id, dtype=torch.long, device=device)  # (R, T)
     logps = torch.zeros((len(row_prompt), max_tokens), dtype=torch.float32, device=device)  # (R, T)
     lengths = torch.full((len(row_prompt),), max_tokens, dtype=torch.long, device=device)  # (R,)
+    stopped = torch.zeros(len(row_prompt), dtype=torch.bool, device=device)  # (R,) ended on a stop token
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
     for step in range(max_tokens):
         new, logp = sampler.draw(logits, step, active)  # (R',), (R',)
@@ -172,6 +173,7 @@ def sample_rows(
         done = torch.isin(new, stops)  # (R',)
         if bool(done.any()):
             lengths[active[done]] = step + 1
+            stopped[active[done]] = True
             keep = (~done).nonzero().squeeze(-1)  # (R'',) positions in the active batch
             if keep.numel() == 0:
                 break
@@ -181,8 +183,7 @@ def sample_rows(
         if step + 1 == max_tokens:
             break
         out = model(
-            input_ids=new.unsqueeze(-1), attention_mask=None if unpadded else mask[:, : L + step + 1],
-            position_ids=next_pos.unsqueeze(-1),
+            input_ids=new.unsqueeze(-1), attention_mask=mask[:, : L + step + 1], position_ids=next_pos.unsqueeze(-1),
             past_key_values=cache, use_cache=True,
         )  # fmt: skip
         logits = out.logits[:, -1]  # (R', V)
@@ -191,8 +192,8 @@ def sample_rows(
     return Sampled(
         tokens=[tokens_cpu[r, :n].tolist() for r, n in enumerate(lengths_cpu)],
         logprobs=[logps_cpu[r, :n].tolist() for r, n in enumerate(lengths_cpu)],
-        finished=[bool(n < max_tokens or int(tokens_cpu[r, n - 1]) in stop_ids) for r, n in enumerate(lengths_cpu)],
+        finished=stopped.cpu().tolist(),
     )
 
 
-__all__ = ["PreallocatedLayer", "Sampled", "full_attention_layers", "sample_rows", "supports_own_loop"]
+__all__ = ["PreallocatedLayer", "Sampled", "full_attention_layers", "left_pad", "sample_rows", "supports_own_loop"]

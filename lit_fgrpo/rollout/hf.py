@@ -29,7 +29,7 @@ from torch import nn
 
 from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.rollout.decode import sample_rows, supports_own_loop
+from lit_fgrpo.rollout.decode import left_pad, sample_rows, supports_own_loop
 from lit_fgrpo.rollout.row_sampling import RowSampler
 from lit_fgrpo.rollout.scoring import eval_mode, policy_logprobs
 
@@ -87,17 +87,6 @@ class HFEngine(RolloutEngine):
         if model is not self.model:
             self.model = model
 
-    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-pad token lists into ``input_ids`` and ``attention_mask``, both (R, L)."""
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)  # (R, L)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)  # (R, L)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-                attn[i, width - len(r) :] = 1
-        return ids.to(self.device), attn.to(self.device)
-
     def _generation_config(self, sampling: SamplingConfig, stop_ids: list[int]) -> Any:
         from transformers import GenerationConfig
 
@@ -150,13 +139,12 @@ class HFEngine(RolloutEngine):
         own_loop = self.own_loop and supports_own_loop(self.model) and all(prompt_ids)
         with eval_mode(self.model):
             for start in range(0, len(rows), self.chunk_size):
-                sampler = RowSampler(row_seeds[start : start + self.chunk_size], sampling, self.device)
+                end = min(start + self.chunk_size, len(rows))
+                sampler = RowSampler(row_seeds[start:end], sampling, self.device)
                 if own_loop:
                     # rows are prompt-major: the chunk's distinct prompts are prefilled once each
-                    first, last = start // sampling.n, (min(start + self.chunk_size, len(rows)) - 1) // sampling.n
-                    row_prompt = [
-                        r // sampling.n - first for r in range(start, min(start + self.chunk_size, len(rows)))
-                    ]
+                    first, last = start // sampling.n, (end - 1) // sampling.n
+                    row_prompt = [r // sampling.n - first for r in range(start, end)]
                     out = sample_rows(
                         self.model, prompt_ids[first : last + 1], row_prompt, sampler, sampling.max_tokens, stop_set,
                         self.pad_token_id,
@@ -165,8 +153,7 @@ class HFEngine(RolloutEngine):
                     logprobs += out.logprobs
                     finished += out.finished
                     continue
-                chunk = rows[start : start + self.chunk_size]
-                input_ids, attn = self._left_pad(chunk)  # (R, L)
+                input_ids, attn = left_pad(rows[start:end], self.pad_token_id, self.device)  # (R, L)
                 gen_out = self.model.generate(  # type: ignore[operator]
                     input_ids=input_ids, attention_mask=attn, generation_config=gen_cfg, logits_processor=[sampler]
                 )

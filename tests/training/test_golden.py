@@ -11,8 +11,8 @@ same distribution); that change touched nothing but the sampler. It was re-recor
 training pass (issue 15: each distinct prompt runs through the decoder once, its KV cache indexed out to the
 group's rows): with that one piece switched off, the new code reproduced the previous fixture bit for bit (the
 engine's own sampling loop drew the same tokens as ``generate``; logits kept instead of recomputed change no
-float), and with it on the weights moved by at most 4.1e-6, float rounding of the summed prompt gradients. The run pins torch to 1 thread (and restores the
-caller's count), so the fixture does not depend on which tests ran before it in the same process. It now pins the numbers of everything after it. Re-record only for an intended behaviour change:
+float), and with it on the weights moved by at most 4.1e-6, float rounding of the summed prompt gradients. It runs on 1 torch thread, as every test does
+(``tests/conftest.py``), so the fixture does not depend on which tests ran before it in the same process. It now pins the numbers of everything after it. Re-record only for an intended behaviour change:
 ``LIT_FGRPO_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/training/test_golden.py``.
 """
 
@@ -47,15 +47,6 @@ class ActiveGroups(L.Callback):
 
 
 def run_maze_tiny(steps: int = STEPS) -> tuple[dict[str, torch.Tensor], list[float]]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the float sums, and so the weights, depend on the thread count; other tests change it
-    try:
-        return _run_maze_tiny(steps)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run_maze_tiny(steps: int) -> tuple[dict[str, torch.Tensor], list[float]]:
     L.seed_everything(0)
     data = maze_data(maze_rows=4, maze_cols=4, num_train=300, num_val=8, num_test=8, val_size=8, seed=0)
     module = FGRPOModule(
