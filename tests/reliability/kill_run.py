@@ -61,6 +61,7 @@ class KillAtStep(Callback):
 
 
 def main(folder: Path, max_steps: int, kill: str, resume: bool) -> None:
+    torch.set_num_threads(1)  # the processes compared must compute alike (see test_kill_resume.launch)
     kind, _, number = kill.partition(":")
     data = maze_data()
     rollout = word_count_rollouts()

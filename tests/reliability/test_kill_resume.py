@@ -20,7 +20,11 @@ def launch(folder: Path, kill: str, resume: bool) -> subprocess.CompletedProcess
     args = [sys.executable, "-m", "tests.reliability.kill_run", str(folder), "4", kill] + (
         ["--resume"] if resume else []
     )
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    # One intra-op thread, as every in-process test has (conftest). With the default 2, CI once saw layer 1's k_proj
+    # off by more than 1e-6 after a test that had passed in every earlier run (and in 5 runs here, idle and loaded):
+    # most likely MKL's threaded matmuls rounding a gradient differently in one process than in the other, which
+    # Adam at lr 1e-2 turns into such a difference. One thread computes one way.
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
