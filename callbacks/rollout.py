@@ -42,7 +42,7 @@ from lit_fgrpo.rollout.async_rollouts import check_engine_for_async
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
-from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, dynamic_sample
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, Lockstep, dynamic_sample, ranks_round_need
 from lit_fgrpo.rollout.hf import HFEngine
 from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
 from lit_fgrpo.rollout.select import build_engine
@@ -125,7 +125,8 @@ class RolloutCallback(L.Callback):
         dynamic_sampling: DAPO's dynamic sampling: draw prompts from the data module (a
             :class:`PromptSource`) in rounds until the step has P groups whose advantages are not all 0, at most
             ``max_rounds`` rounds (:mod:`lit_fgrpo.rollout.dynamic_sampling`); logged as ``rollout/dynamic_*``.
-            Every drawn prompt is consumed. One rank only for now.
+            Every drawn prompt is consumed. Several ranks draw in lockstep: the same rounds, each sized on the
+            rank that misses the most groups (:class:`~lit_fgrpo.rollout.dynamic_sampling.Lockstep`).
         max_staleness: k; 0 = synchronous (generate, then train). k >= 1 generates up to k batches ahead of the
             trainer on the engine's own weight copy (vLLM or "hf_copy"); a rollout is at most k policy versions
             old (logged ``rollout/staleness_max``, ``rollout/dropped_stale``) and the module corrects for it with
@@ -239,11 +240,6 @@ class RolloutCallback(L.Callback):
         self._consumer = pl_module
         if isinstance(pl_module, FGRPOModule):
             self._timer = pl_module.timer
-        if self.dynamic_sampling is not None and trainer.world_size > 1:
-            raise ConfigError(
-                f"RolloutCallback.dynamic_sampling runs on one rank only (world_size={trainer.world_size}): ranks "
-                "would make different numbers of generation rounds; drop dynamic_sampling or train on one device"
-            )
         if isinstance(pl_module, FGRPOModule):
             check_async_settings(self.max_staleness, self._sync_every, pl_module.hp.importance_correction)
         ks = pl_module.pass_at_k.ks if isinstance(pl_module, FGRPOModule) else [1]
@@ -404,21 +400,36 @@ class RolloutCallback(L.Callback):
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
 
     def _dynamic_rollout(self, trainer: L.Trainer, pl_module: L.LightningModule, num_prompts: int) -> RolloutBatch:
-        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
+        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step).
+
+        Several ranks: in lockstep (see :mod:`lit_fgrpo.rollout.dynamic_sampling`); a round that raises on one rank
+        (a reward crash), or a rank left short with ``on_short="error"``, stops every rank with its message.
+        """
         assert self.dynamic_sampling is not None and self.collector is not None
         source = self._prompt_source(trainer)
         sampling = self.train_sampling()
-        rounds = 0
+        step, rounds = trainer.global_step, 0
+        what = f"the dynamic-sampling rollout at step {step}"
 
         def draw(count: int) -> RolloutBatch:
             nonlocal rounds
             # drawn prompts carry their own stream positions; the round offset keeps seeds apart regardless
-            step = trainer.global_step + rounds * DYNAMIC_ROUND_SEED_OFFSET
+            seed_step = step + rounds * DYNAMIC_ROUND_SEED_OFFSET
             rounds += 1
-            return self.collect(PromptBatch(source.draw_prompts(count)), sampling, step, TRAIN_STREAM)
+            with fail_together(what):
+                return self.collect(PromptBatch(source.draw_prompts(count)), sampling, seed_step, TRAIN_STREAM)
 
+        def skip(count: int) -> int:
+            nonlocal rounds
+            rounds += 1
+            with fail_together(what):  # the collective the generating ranks' draw takes part in
+                return len(source.draw_prompts(count))
+
+        lockstep = Lockstep(ranks_round_need, skip) if trainer.world_size > 1 else None
         weight = pl_module.applied_group_weight if isinstance(pl_module, FGRPOModule) else None
-        rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, self.collector.pad_token_id)
+        pad = self.collector.pad_token_id
+        with fail_together(what):
+            rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, pad, lockstep)
         return rollout
 
     def _prompt_source(self, trainer: L.Trainer) -> PromptSource:

@@ -6,7 +6,14 @@ pieces the library needs to give the same result on any rank layout.
 
 from lit_fgrpo.distributed.batching import per_rank_mini_batch, per_rank_share
 from lit_fgrpo.distributed.failures import RankFailure, check_finite, fail_together, raise_if_any_rank_failed
-from lit_fgrpo.distributed.reduction import gather_objects, global_max, global_mean, global_nanmean, global_sum
+from lit_fgrpo.distributed.reduction import (
+    gather_objects,
+    global_max,
+    global_maxes,
+    global_mean,
+    global_nanmean,
+    global_sum,
+)
 from lit_fgrpo.distributed.seeding import prompt_seed
 from lit_fgrpo.distributed.weight_gather import full_tensor, is_sharded, iter_full_weights
 
@@ -17,6 +24,7 @@ __all__ = [
     "full_tensor",
     "gather_objects",
     "global_max",
+    "global_maxes",
     "global_mean",
     "global_nanmean",
     "global_sum",

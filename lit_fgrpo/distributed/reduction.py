@@ -44,11 +44,16 @@ def global_nanmean(values: Tensor) -> Tensor:
 
 def global_max(value: int) -> int:
     """The largest ``value`` over ranks (e.g. the number of micro-batches every rank must run)."""
+    return global_maxes(value)[0]
+
+
+def global_maxes(*values: int) -> tuple[int, ...]:
+    """The largest of each of ``values`` over ranks, in one all-reduce (e.g. groups missing and a done flag)."""
     if not is_distributed():
-        return int(value)
-    out = torch.tensor([int(value)], dtype=torch.int64, device=collective_device())
+        return tuple(int(v) for v in values)
+    out = torch.tensor([int(v) for v in values], dtype=torch.int64, device=collective_device())
     dist.all_reduce(out, op=dist.ReduceOp.MAX)
-    return int(out.item())
+    return tuple(int(v) for v in out.tolist())
 
 
 def gather_objects(obj: Any) -> list[Any]:

@@ -17,14 +17,25 @@ from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import RolloutBatch
 
-SUMMED_STATS = ("tokens_per_s", "generated_tokens")
-"""Collector statistics that add up over ranks (throughput); ``failed_*`` counts add up too, the rest are means."""
+SUMMED_STATS = (
+    "tokens_per_s",
+    "generated_tokens",
+    "dynamic_prompts_drawn",
+    "dynamic_prompts_skipped",
+    "dynamic_groups_informative",
+    "dynamic_groups_kept",
+    "dynamic_groups_padded",
+)
+"""Collector statistics that add up over ranks (throughput, counts); ``failed_*`` counts add up too, the rest are
+means."""
 
 
 def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """``rollout/<key>`` of the collector's statistics: counts and throughput summed, rates and means averaged.
 
-    Ranks hold equally many rows, so the mean of per-rank rates is the global rate.
+    Ranks hold equally many rows, so the mean of per-rank rates is the global rate. Dynamic sampling's keep rate
+    (informative groups per generated prompt) is the exception: ranks generate different numbers of prompts, so it
+    is recomputed from the summed counts.
     """
     keys = sorted({key for stats in per_rank for key in stats})
     out: dict[str, float] = {}
@@ -32,6 +43,9 @@ def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float
         values = [float(stats[key]) for stats in per_rank if key in stats]
         summed = key.startswith("failed_") or key in SUMMED_STATS
         out[f"rollout/{key}"] = sum(values) if summed else sum(values) / len(values)
+    if "rollout/dynamic_keep_rate" in out and "rollout/dynamic_groups_informative" in out:
+        generated = out["rollout/dynamic_prompts_drawn"] - out.get("rollout/dynamic_prompts_skipped", 0.0)
+        out["rollout/dynamic_keep_rate"] = out["rollout/dynamic_groups_informative"] / max(generated, 1.0)
     return out
 
 

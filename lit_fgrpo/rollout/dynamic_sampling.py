@@ -23,9 +23,14 @@ the next undrawn prompt and never replays a discarded one. Give each round its o
 ``seed + 1000 * step + round``) so a resumed step regenerates the same groups.
 
 Wired in :class:`~lit_fgrpo.callbacks.RolloutCallback` (``dynamic_sampling=``), ``draw`` takes prompts from
-:meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`, whose cursor is checkpointed. Several ranks: each rank would
-sample on its own shard and return exactly P groups (``on_short="pad"``), but the round counts of the ranks would
-differ (a collective engine, or a collective decision, would be needed), so the callback refuses world_size > 1.
+:meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`, whose cursor is checkpointed.
+
+Several ranks (a :class:`Lockstep`): each rank draws from its own shard and needs its own P / W groups, but the
+ranks must make the same rounds and draw the same number of prompts per round. The same rounds, because DDP's
+training step after them is a collective; the same counts, because only rank 0's data-module state (the draw
+cursor) goes into a checkpoint, and every rank resumes from it. So each round sizes itself on the rank that misses
+the most groups (``Lockstep.round_need``, an all-reduce), and a rank that already has its P / W groups consumes the
+round's prompts without generating them (``Lockstep.skip``): it would have waited for the busiest rank anyway.
 """
 
 from __future__ import annotations
@@ -38,11 +43,35 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lit_fgrpo.distributed.reduction import global_maxes
 from lit_fgrpo.objectives.group_weights import GroupWeight, group_weight_values
 from lit_fgrpo.rollout.batch import RolloutBatch
 
 DrawFn = Callable[[int], RolloutBatch]
 """``draw(k)``: generate and score the groups of the next k prompts; may return fewer at the end of the data."""
+
+
+@dataclass(frozen=True)
+class Lockstep:
+    """How the ranks of a data-parallel run agree on the rounds (see the module docstring); None on one rank."""
+
+    round_need: Callable[[int, bool], int]
+    """``round_need(missing, exhausted)``: a collective over ranks; the most groups any rank still misses, or 0
+    (stop) when none misses any or some rank's prompt stream ran out. Every rank calls it once per round."""
+    skip: Callable[[int], int]
+    """``skip(k)``: consume the next k prompts without generating (a rank that has its groups in a round another
+    rank needs); returns how many were consumed. Must take part in whatever collectives ``draw`` does."""
+
+
+def solo_round_need(missing: int, exhausted: bool) -> int:
+    """:attr:`Lockstep.round_need` of a single rank: what it misses, or 0 once its stream ran out."""
+    return 0 if exhausted else missing
+
+
+def ranks_round_need(missing: int, exhausted: bool) -> int:
+    """:attr:`Lockstep.round_need` over the ranks of the process group: one all-reduce (MAX) of both values."""
+    most_missing, any_exhausted = global_maxes(missing, int(exhausted))
+    return 0 if any_exhausted else most_missing
 
 
 @dataclass(frozen=True)
@@ -79,15 +108,24 @@ class DynamicSamplingStats:
     """Informative groups in the returned batch (<= P)."""
     groups_padded: int
     """Uninformative groups added to reach P after ``max_rounds`` (``on_short="pad"``)."""
+    prompts_skipped: int = 0
+    """Of ``prompts_drawn``, those consumed without generation (several ranks: rounds another rank needed)."""
 
     def as_stats(self) -> dict[str, float]:
-        """RolloutBatch.stats entries (the module logs them as ``rollout/dynamic_*``)."""
+        """RolloutBatch.stats entries (the module logs them as ``rollout/dynamic_*``).
+
+        Counts, summed over ranks when logged (:data:`~lit_fgrpo.distributed.rollout_stats.SUMMED_STATS`), and the
+        keep rate: informative groups per generated prompt (recomputed from the summed counts over ranks).
+        """
+        generated = self.prompts_drawn - self.prompts_skipped
         return {
             "dynamic_rounds": float(self.rounds),
             "dynamic_prompts_drawn": float(self.prompts_drawn),
+            "dynamic_prompts_skipped": float(self.prompts_skipped),
+            "dynamic_groups_informative": float(self.groups_informative),
             "dynamic_groups_kept": float(self.groups_kept),
             "dynamic_groups_padded": float(self.groups_padded),
-            "dynamic_keep_rate": self.groups_informative / max(self.prompts_drawn, 1),
+            "dynamic_keep_rate": self.groups_informative / max(generated, 1),
         }
 
 
@@ -201,6 +239,7 @@ def dynamic_sample(
     config: DynamicSampling | None = None,
     group_weight: GroupWeight | None = None,
     pad_token_id: int = 0,
+    lockstep: Lockstep | None = None,
 ) -> tuple[RolloutBatch, DynamicSamplingStats]:
     """Draw rounds of prompts until ``num_prompts`` informative groups are kept or ``max_rounds`` is reached.
 
@@ -211,6 +250,7 @@ def dynamic_sample(
         group_weight: also drop groups whose weight is 0 (a band, MaxRL with no success); None = only
             constant groups.
         pad_token_id: filler id for re-padding (masked, value irrelevant).
+        lockstep: several ranks: how they agree on each round (None: this process alone).
 
     Returns:
         ``(batch, stats)``: exactly P groups in draw order (informative first, then, when short and
@@ -223,15 +263,26 @@ def dynamic_sample(
     kept: list[RolloutBatch] = []
     dropped: list[RolloutBatch] = []
     drawn_batches: list[RolloutBatch] = []
-    rounds = drawn = informative = num_kept = 0
-    while num_kept < num_prompts and rounds < cfg.max_rounds:
-        want = math.ceil(cfg.oversample * (num_prompts - num_kept))
-        batch = draw(want)
+    rounds = drawn = skipped = informative = num_kept = 0
+    exhausted = False
+    round_need = lockstep.round_need if lockstep is not None else solo_round_need
+    while rounds < cfg.max_rounds:
+        need = round_need(num_prompts - num_kept, exhausted)  # (several ranks: the busiest one's)
+        if need == 0:
+            break
+        want = math.ceil(cfg.oversample * need)
         rounds += 1
+        if num_kept == num_prompts:  # this rank is done; another rank needs the round
+            assert lockstep is not None
+            consumed = lockstep.skip(want)
+            drawn, skipped = drawn + consumed, skipped + consumed
+            continue
+        batch = draw(want)
         drawn += batch.num_prompts
         drawn_batches.append(batch)
         if batch.num_prompts == 0:  # the prompt stream is exhausted
-            break
+            exhausted = True
+            continue
         keep = informative_groups(batch.rewards, batch.correct, group_weight)  # (k,)
         informative += int(keep.sum())
         take = keep.nonzero().flatten()[: num_prompts - num_kept]  # (<= k,)
@@ -256,7 +307,7 @@ def dynamic_sample(
                 f"dynamic_sampling: the prompt stream ran out after {drawn} prompts, fewer than the "
                 f"{num_prompts} groups of a batch"
             )
-    stats = DynamicSamplingStats(rounds, drawn, informative, num_kept, padded)
+    stats = DynamicSamplingStats(rounds, drawn, informative, num_kept, padded, skipped)
     out = concat_rollouts(kept, pad_token_id)
     out.stats = _merge_stats(drawn_batches) | stats.as_stats()
     return out, stats

@@ -6,7 +6,9 @@ written against, and a stream of prompts with known rewards makes every kept/dro
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from lit_fgrpo.objectives import GroupWeight, group_advantages
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.dynamic_sampling import (
     DynamicSampling,
+    Lockstep,
     concat_rollouts,
     dynamic_sample,
     informative_groups,
@@ -150,6 +153,71 @@ def test_stream_running_out_pads_or_fails_with_a_clear_message() -> None:
     assert stats.prompts_drawn == 5 and stats.groups_kept == 2 and stats.groups_padded == 1
     with pytest.raises(RuntimeError, match="ran out"):
         dynamic_sample(PromptStream(lambda i: True, length=2).draw, 3, DynamicSampling(max_rounds=5))
+
+
+class Ranks:
+    """W ranks of one process group, simulated by threads: ``round_need`` is a MAX all-reduce behind a barrier."""
+
+    def __init__(self, world: int) -> None:
+        self.barrier = threading.Barrier(world)
+        self.slots: list[tuple[int, bool]] = [(0, False)] * world
+        self.calls: list[list[int]] = [[] for _ in range(world)]
+
+    def lockstep(self, rank: int, stream: PromptStream) -> Lockstep:
+        def round_need(missing: int, exhausted: bool) -> int:
+            self.slots[rank] = (missing, exhausted)
+            self.barrier.wait()
+            need = 0 if any(done for _, done in self.slots) else max(m for m, _ in self.slots)
+            self.calls[rank].append(need)
+            self.barrier.wait()  # every rank has read the slots before the next round writes them
+            return need
+
+        def skip(k: int) -> int:
+            stream.position += k
+            return k
+
+        return Lockstep(round_need, skip)
+
+    def run(self, streams: list[PromptStream], P: int, cfg: DynamicSampling) -> list[tuple[RolloutBatch, Any]]:
+        out: list[Any] = [None] * len(streams)
+
+        def rank_main(rank: int) -> None:
+            out[rank] = dynamic_sample(streams[rank].draw, P, cfg, lockstep=self.lockstep(rank, streams[rank]))
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(len(streams))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert all(o is not None for o in out), "a rank hung or failed"
+        return out
+
+
+def test_ranks_in_lockstep_make_the_same_rounds_and_draw_alike() -> None:
+    """Rank 0 has one informative prompt in two, rank 1 one in five: rank 1 needs more rounds; rank 0 skips them."""
+    cfg = DynamicSampling(max_rounds=10, oversample=1.5)
+    rules = [lambda i: i % 2 == 0, lambda i: i % 5 != 0]
+    for _ in range(3):  # three training steps: the cursors stay together from step to step
+        streams = [PromptStream(rule) for rule in rules]
+        solo = [dynamic_sample(PromptStream(rule).draw, 4, cfg)[0] for rule in rules]
+        ranks = Ranks(2)
+        (b0, s0), (b1, s1) = ranks.run(streams, 4, cfg)
+        assert s0.rounds == s1.rounds > 1 and ranks.calls[0] == ranks.calls[1]
+        assert s0.prompts_drawn == s1.prompts_drawn == streams[0].position == streams[1].position
+        assert s0.prompts_skipped > 0 and s1.prompts_skipped == 0
+        # each rank keeps what it keeps alone: the first P informative groups of its stream
+        for batch, alone in zip((b0, b1), solo, strict=True):
+            assert group_ids(batch) == group_ids(alone) and torch.equal(batch.input_ids, alone.input_ids)
+        # the keep rate counts generated prompts only
+        assert b0.stats["dynamic_keep_rate"] == s0.groups_informative / (s0.prompts_drawn - s0.prompts_skipped)
+
+
+def test_ranks_in_lockstep_stop_together_when_one_stream_runs_out() -> None:
+    cfg = DynamicSampling(max_rounds=10)
+    streams = [PromptStream(lambda i: i % 2 == 0, length=3), PromptStream(lambda i: i % 2 == 0)]
+    (b0, s0), (b1, s1) = Ranks(2).run(streams, 3, cfg)
+    assert s0.rounds == s1.rounds and b0.num_prompts == b1.num_prompts == 3
+    assert s0.groups_kept == 1 and s0.groups_padded == 2 and s1.groups_padded > 0
 
 
 def test_informative_groups_is_nonzero_advantage_rows() -> None:

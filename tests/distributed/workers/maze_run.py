@@ -102,6 +102,20 @@ class RecordPrompts(L.Callback):
         self.seen: list[list[int | None]] = []
         self.active: list[float] = []
         self.logged: list[dict[str, float]] = []
+        self.drawn: list[list[int]] = []  # with dynamic sampling: the prompts drawn in each step's rounds
+        self.cursor: list[int] = []  # and the data module's draw cursor after each step
+        self._pending: list[int] = []
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        datamodule: Any = trainer.datamodule  # type: ignore[attr-defined]
+        draw_prompts = datamodule.draw_prompts
+
+        def recording_draw(count: int) -> Any:  # the instance's method, wrapped to see what dynamic sampling draws
+            records = draw_prompts(count)
+            self._pending.extend(int(record.position) for record in records)
+            return records
+
+        datamodule.draw_prompts = recording_draw
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -114,6 +128,9 @@ class RecordPrompts(L.Callback):
         metrics = trainer.callback_metrics
         self.active.append(float(metrics.get("rollout/frac_active_groups", float("nan"))))
         self.logged.append({k: float(v) for k, v in metrics.items() if k.startswith(("rollout/", "focal/"))})
+        self.drawn.append(self._pending)
+        self._pending = []
+        self.cursor.append(int(trainer.datamodule.drawn_prompts))  # type: ignore[attr-defined]
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         rank = trainer.global_rank
@@ -123,6 +140,8 @@ class RecordPrompts(L.Callback):
             "positions": self.seen,
             "frac_active_groups": self.active,
             "logged": self.logged,
+            "drawn": self.drawn,
+            "cursor": self.cursor,
             "val": val,
         }
         (self.out / f"rank{rank}.json").write_text(json.dumps(summary))
@@ -187,6 +206,7 @@ def main() -> None:
         "--flat-reward-rank", type=int, default=None, help="a rank whose groups all have zero advantage"
     )
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
+    parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step)
@@ -201,6 +221,10 @@ def main() -> None:
     if args.validate:
         trainer |= {"limit_val_batches": None, "val_check_interval": args.steps, "check_val_every_n_epoch": None}
         settings["model"]["val_pass_at_k"] = [1, 4]
+    if args.dynamic:
+        half = "tests.training.test_dynamic_sampling_training:half_constant_reward"  # half the groups constant
+        dynamic = {"max_rounds": 6, "oversample": 1.5}
+        callbacks[1]["init_args"] |= {"reward_funcs": [half], "correctness": half, "dynamic_sampling": dynamic}
     if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
         flat = "tests.distributed.workers.maze_run:flat_reward"
         callbacks[1]["init_args"] |= {"reward_funcs": [flat], "correctness": flat}
