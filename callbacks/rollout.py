@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import tempfile
 import time
 from dataclasses import replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -31,6 +30,7 @@ from torch import nn
 from typing_extensions import override
 
 from lit_fgrpo.callbacks.async_rollouts import AsyncRolloutDriver, check_async_settings
+from lit_fgrpo.callbacks.dynamic_rollouts import DYNAMIC_ROUND_SEED_OFFSET, PromptSource, dynamic_rollout, prompt_source
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
@@ -42,28 +42,14 @@ from lit_fgrpo.rollout.async_rollouts import check_engine_for_async
 from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
-from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling, Lockstep, dynamic_sample, ranks_round_need
-from lit_fgrpo.rollout.hf import HFEngine
-from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
-from lit_fgrpo.rollout.select import build_engine
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+from lit_fgrpo.rollout.engine_sync import EngineSync
 from lit_fgrpo.timing import PhaseTimer
 
 log = logging.getLogger(__name__)
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
 """The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
-DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
-"""Dynamic-sampling round r of training step s seeds its prompts with step ``s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
-
-
-@runtime_checkable
-class PromptSource(Protocol):
-    """A data module that hands out the next training prompts one by one (dynamic sampling draws through it).
-
-    :class:`~lit_fgrpo.data.PromptDataModule` is one: :meth:`~lit_fgrpo.data.PromptDataModule.draw_prompts`.
-    """
-
-    def draw_prompts(self, count: int) -> list[Any]: ...
 
 
 @runtime_checkable
@@ -157,7 +143,6 @@ class RolloutCallback(L.Callback):
         dynamic_sampling: DynamicSampling | None = None,
         max_staleness: int = 0,
     ) -> None:
-        self._engine_kind = engine
         self.sampling = sampling or SamplingConfig()
         if self.sampling.n < 2:
             raise ValueError(
@@ -192,29 +177,20 @@ class RolloutCallback(L.Callback):
         self._val_samples = val_samples
         self._val_temperature = val_temperature
         self._sync_every = sync_every
-        self._sync_tolerance = sync_tolerance
-        self._sync_probe_rows = sync_probe_rows
         self._mask_truncated = mask_truncated_completions
         self._validate_at_start = validate_at_start
-        self._engine_kwargs = engine_kwargs or {}
-        self._hf_chunk_size = hf_chunk_size
         self._seed = seed
         self._reward_timeout = reward_timeout
         self._reward_isolation: Isolation = reward_isolation
         self.dynamic_sampling = dynamic_sampling
-        self._source: PromptSource | None = None
-        self.engine: RolloutEngine | None = None
+        self.engine_sync = EngineSync(engine, engine_kwargs or {}, hf_chunk_size, sync_tolerance, sync_probe_rows)
+        """The engine, its weight pushes and their check (built at the first stage start that sees the policy)."""
         self.collector: RolloutCollector | None = None
         self._consumer: RolloutConsumer | None = None
         # The module's step timer (generate, reward and sync are timed here, logged by the module with its
         # own phases); a private one, never logged, for other consumers.
         self._timer = PhaseTimer()
-        self.last_sync_step = -1
         self.start_pass_at_k: dict[str, float] = {}
-        self._workdir: tempfile.TemporaryDirectory[str] | None = None
-        self._probe: tuple[list[list[int]], list[list[int]]] | None = None
-        # True while the engine may hold other weights than the policy; the next rollout syncs first.
-        self._engine_stale = False
         # ---- asynchronous rollouts (issue 11): None at max_staleness=0, the synchronous path ----
         check_async_settings(max_staleness, sync_every, None)
         self.max_staleness = max_staleness
@@ -258,22 +234,24 @@ class RolloutCallback(L.Callback):
                 pl_module.hp.temperature,
             )
 
+    @property
+    def engine(self) -> RolloutEngine | None:
+        """The generation engine (None before the first stage start and after teardown)."""
+        return self.engine_sync.engine
+
+    @property
+    def last_sync_step(self) -> int:
+        """The global step of the last weight push (-1: none yet)."""
+        return self.engine_sync.last_sync_step
+
     def _build_engine(self) -> RolloutCollector:
         """The engine and its collector, built once from the (now configured) policy."""
         assert self._consumer is not None, "RolloutCallback.setup has not run"
+        engine = self.engine_sync.build(self._consumer.policy, self._consumer.tokenizer)
         if self.collector is None:
-            self._workdir = tempfile.TemporaryDirectory(prefix="lit_fgrpo_engine_")
             tokenizer = self._consumer.tokenizer
-            self.engine = build_engine(
-                self._engine_kind,
-                self._consumer.policy,
-                tokenizer,
-                self._workdir.name,
-                hf_chunk_size=self._hf_chunk_size,
-                **self._engine_kwargs,
-            )
             self.collector = RolloutCollector(
-                self.engine,
+                engine,
                 tokenizer,
                 self._reward_funcs,
                 self._reward_weights,
@@ -290,62 +268,23 @@ class RolloutCallback(L.Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.async_rollouts is not None:
             self.async_rollouts.close()  # stop generating before the engine goes
-        if self.engine is not None:
-            self.engine.close()
-        self.engine, self.collector = None, None
-        if self._workdir is not None:
-            self._workdir.cleanup()
-            self._workdir = None
+        self.engine_sync.close()
+        self.collector = None
 
     def _sync(self, trainer: L.Trainer) -> None:
+        """Push the policy's weights into the engine and check them; the metrics go to the logger at this step."""
         self._build_engine()
-        assert self.engine is not None and self._consumer is not None
-        self.engine.wake_up()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
-        start = time.perf_counter()
-        self.engine.sync_weights(self._consumer.policy)
-        elapsed = time.perf_counter() - start
-        self.last_sync_step = trainer.global_step
-        self._engine_stale = False
-        metrics = {"rollout/sync_seconds": elapsed}
-        # A failed check on one rank stops every rank with its message (not a hang in the next all-reduce).
-        with fail_together(f"the weight sync at step {trainer.global_step}"):
-            if self._sync_probe_rows > 0 and self._probe is not None:
-                metrics["rollout/sync_logprob_delta"] = self._check_sync(trainer.global_step)
+        assert self._consumer is not None
+        metrics = self.engine_sync.push(self._consumer.policy, self._consumer.tokenizer, trainer.global_step)
         if trainer.logger is not None:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
     def _ensure_synced(self, trainer: L.Trainer, prompt_ids: list[list[int]], evaluation: bool) -> None:
-        """Push the weights before sampling when the engine may be behind the policy.
-
-        The engine is behind when it was built before a warm start or a checkpoint restore (``_engine_stale``),
-        and, for evaluation, when optimizer steps happened since the last push (``sync_every`` > 1).
-        """
-        behind = evaluation and trainer.state.fn == "fit" and self.last_sync_step != trainer.global_step
-        if not (self._engine_stale or behind):
-            return
-        if self._probe is None and self._sync_probe_rows > 0 and prompt_ids:
-            # No rollout yet to probe with: force the prompts' own tokens as completions. Any tokens do; the
-            # check compares two models on the same forced sequence.
-            rows = [prompt_ids[r % len(prompt_ids)] for r in range(self._sync_probe_rows)]
-            self._probe = (rows, [p[-8:] for p in rows])
-        self._sync(trainer)
-
-    @torch.no_grad()
-    def _check_sync(self, step: int) -> float:
-        """Engine vs trainer log-probs on a few rows of the last rollout, both at temperature 1."""
-        assert self.engine is not None and self._probe is not None and self.collector is not None
-        assert self._consumer is not None
-        self.engine.wake_up()
-        if isinstance(self.engine, HFEngine) and self.engine.model is self._consumer.policy:
-            # The HF engine samples with the trainer's policy itself: both sides would run the same forward on
-            # the same weights, so the gap is 0 by construction and the probe is skipped.
-            return 0.0
-        prompts, completions = self._probe
-        engine_lp = self.engine.score(prompts, completions, temperature=1.0)
-        pad = self.collector.pad_token_id
-        trainer_lp = policy_logprobs(self._consumer.policy, prompts, completions, pad, temperature=1.0)
-        where = f"RolloutCallback weight sync at step {step} (sync_tolerance)"
-        return check_logprob_gap(engine_lp, trainer_lp, self._sync_tolerance, where)
+        """Push the weights before sampling when the engine may be behind the policy (stale, or for evaluation
+        during fit, optimizer steps since the last push); ``prompt_ids`` give a probe when no rollout has yet."""
+        if self.engine_sync.needs_push(trainer.global_step, evaluation and trainer.state.fn == "fit"):
+            self.engine_sync.probe_from_prompts(prompt_ids)
+            self._sync(trainer)
 
     # ------------------------------------------------------------------ rollouts
     def collect(self, batch: PromptBatch, sampling: SamplingConfig, step: int = 0, stream: int = 0) -> RolloutBatch:
@@ -354,9 +293,7 @@ class RolloutCallback(L.Callback):
         ``step`` and ``stream`` seed each prompt (see :meth:`lit_fgrpo.rollout.collect.RolloutCollector.collect`).
         """
         rollout = self._build_engine().collect(batch.records, sampling, step=step, stream=stream)
-        rows = min(self._sync_probe_rows, len(rollout.completion_ids))
-        G = rollout.group_size
-        self._probe = ([rollout.prompt_ids[r // G] for r in range(rows)], rollout.completion_ids[:rows])
+        self.engine_sync.remember_probe(rollout.prompt_ids, rollout.completion_ids, rollout.group_size)
         return rollout
 
     def train_sampling(self) -> SamplingConfig:
@@ -400,47 +337,24 @@ class RolloutCallback(L.Callback):
         self.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
 
     def _dynamic_rollout(self, trainer: L.Trainer, pl_module: L.LightningModule, num_prompts: int) -> RolloutBatch:
-        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step).
-
-        Several ranks: in lockstep (see :mod:`lit_fgrpo.rollout.dynamic_sampling`); a round that raises on one rank
-        (a reward crash), or a rank left short with ``on_short="error"``, stops every rank with its message.
-        """
+        """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
         assert self.dynamic_sampling is not None and self.collector is not None
-        source = self._prompt_source(trainer)
         sampling = self.train_sampling()
-        step, rounds = trainer.global_step, 0
-        what = f"the dynamic-sampling rollout at step {step}"
 
-        def draw(count: int) -> RolloutBatch:
-            nonlocal rounds
-            # drawn prompts carry their own stream positions; the round offset keeps seeds apart regardless
-            seed_step = step + rounds * DYNAMIC_ROUND_SEED_OFFSET
-            rounds += 1
-            with fail_together(what):
-                return self.collect(PromptBatch(source.draw_prompts(count)), sampling, seed_step, TRAIN_STREAM)
+        def collect(records: list[Any], seed_step: int) -> RolloutBatch:
+            return self.collect(PromptBatch(records), sampling, seed_step, TRAIN_STREAM)
 
-        def skip(count: int) -> int:
-            nonlocal rounds
-            rounds += 1
-            with fail_together(what):  # the collective the generating ranks' draw takes part in
-                return len(source.draw_prompts(count))
-
-        lockstep = Lockstep(ranks_round_need, skip) if trainer.world_size > 1 else None
         weight = pl_module.applied_group_weight if isinstance(pl_module, FGRPOModule) else None
-        pad = self.collector.pad_token_id
-        with fail_together(what):
-            rollout, _ = dynamic_sample(draw, num_prompts, self.dynamic_sampling, weight, pad, lockstep)
-        return rollout
-
-    def _prompt_source(self, trainer: L.Trainer) -> PromptSource:
-        # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
-        datamodule = getattr(trainer, "datamodule", None)
-        if not isinstance(datamodule, PromptSource):
-            raise ConfigError(
-                "RolloutCallback.dynamic_sampling needs a data module with draw_prompts(count) (PromptDataModule); "
-                f"got {type(datamodule).__name__}"
-            )
-        return datamodule
+        return dynamic_rollout(
+            collect,
+            prompt_source(trainer),
+            num_prompts,
+            self.dynamic_sampling,
+            weight,
+            self.collector.pad_token_id,
+            trainer.global_step,
+            trainer.world_size,
+        )
 
     @override
     def on_train_batch_end(
@@ -480,9 +394,9 @@ class RolloutCallback(L.Callback):
         # A warm start (another callback's on_fit_start, in any order) or a checkpoint restore changes the policy
         # after the engine is built. Mark it stale; the first rollout pushes the weights then.
         self._build_engine()
-        self._engine_stale = True
+        self.engine_sync.stale = True
         if self.dynamic_sampling is not None:
-            self._prompt_source(trainer)  # refuse a data module without draw_prompts before any work
+            prompt_source(trainer)  # refuse a data module without draw_prompts before any work
         if self.async_rollouts is not None:
             assert self.engine is not None
             check_engine_for_async(self.engine, self.max_staleness)
@@ -492,17 +406,17 @@ class RolloutCallback(L.Callback):
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._build_engine()
         if trainer.state.fn != "fit":  # validate(ckpt_path=...) restores after setup
-            self._engine_stale = True
+            self.engine_sync.stale = True
 
     @override
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._build_engine()
-        self._engine_stale = True  # test(ckpt_path=...) restores after setup
+        self.engine_sync.stale = True  # test(ckpt_path=...) restores after setup
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         val_prompts = [record.prompt_ids for record in self._eval_records(trainer)[:2]]
-        if self._engine_stale:
+        if self.engine_sync.stale:
             # Push now rather than at the first batch so that the start-of-run validation samples from the
             # trained-from policy (warm-started or restored); probed on a validation prompt when there is one.
             self._ensure_synced(trainer, val_prompts, evaluation=False)
@@ -590,9 +504,9 @@ class RolloutCallback(L.Callback):
                 int(saved_n),
                 self.sampling.n,
             )
-        self.last_sync_step = int(state_dict.get("last_sync_step", -1))
+        self.engine_sync.last_sync_step = int(state_dict.get("last_sync_step", -1))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
-        self._engine_stale = True  # the policy is being restored; the engine holds the weights it was built from
+        self.engine_sync.stale = True  # the policy is being restored; the engine holds the weights it was built from
         if self.async_rollouts is not None and "async_rollouts" in state_dict:
             self.async_rollouts.load_state_dict(state_dict["async_rollouts"])
 

@@ -1,0 +1,52 @@
+"""EngineSync on the real HF copy engine (weights of its own): push, check, staleness, probe, close."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_fgrpo.rollout.engine_sync import EngineSync
+from lit_fgrpo.rollout.hf_copy import HFCopyEngine
+from lit_fgrpo.rollout.scoring import WeightSyncError
+from tests.training.tiny_setup import tiny_module
+
+PROMPTS = [[4, 5, 6, 7], [8, 9, 10]]
+
+
+def nudge(policy: torch.nn.Module, by: float = 0.05) -> None:
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.add_(by * torch.randn_like(parameter))
+
+
+def test_push_makes_the_copy_agree_and_an_unpushed_change_fails_the_check() -> None:
+    module = tiny_module()
+    policy, tokenizer = module.policy.eval(), module.tokenizer
+    sync = EngineSync("hf_copy", {}, hf_chunk_size=64, sync_tolerance=1e-4, probe_rows=2)
+    engine = sync.build(policy, tokenizer)
+    assert isinstance(engine, HFCopyEngine) and sync.build(policy, tokenizer) is engine  # built once
+    sync.probe_from_prompts(PROMPTS)
+    assert sync.probe is not None and sync.probe[0] == PROMPTS and sync.probe[1] == [p[-8:] for p in PROMPTS]
+
+    nudge(policy)  # the copy now holds other weights
+    with pytest.raises(WeightSyncError, match=r"weight sync at step 3 \(sync_tolerance\)"):
+        sync.check(policy, tokenizer, step=3)
+    sync.stale = True
+    assert sync.needs_push(step=3, evaluation_in_fit=False)
+    metrics = sync.push(policy, tokenizer, step=3)
+    assert metrics["rollout/sync_logprob_delta"] <= 1e-4 and metrics["rollout/sync_seconds"] >= 0
+    assert sync.last_sync_step == 3 and not sync.stale
+    assert not sync.needs_push(step=3, evaluation_in_fit=True)
+    assert sync.needs_push(step=4, evaluation_in_fit=True)  # evaluation after an unpushed optimizer step
+    assert not sync.needs_push(step=4, evaluation_in_fit=False)  # training pushes on its own schedule
+    sync.close()
+    assert sync.engine is None
+
+
+def test_the_probe_is_the_first_rows_of_the_last_rollout() -> None:
+    sync = EngineSync("hf", {}, hf_chunk_size=64, sync_tolerance=1e-3, probe_rows=3)
+    completions = [[1], [2], [3], [4], [5], [6]]
+    sync.remember_probe(PROMPTS, completions, group_size=3)
+    assert sync.probe == ([PROMPTS[0]] * 3, [[1], [2], [3]])
+    sync.probe_from_prompts([[9, 9]])  # a probe from a rollout is kept
+    assert sync.probe == ([PROMPTS[0]] * 3, [[1], [2], [3]])
