@@ -32,17 +32,17 @@ from typing_extensions import override
 
 from lit_fgrpo.distributed import global_max, per_rank_mini_batch
 from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
-from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
+from lit_fgrpo.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
 from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType, group_advantages
 from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
 from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
-from lit_fgrpo.objectives.hparam_checks import check_module_numbers
+from lit_fgrpo.objectives.hparam_checks import check_module_args
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
-from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, policy_loss
-from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer
+from lit_fgrpo.objectives.policy_loss import policy_loss
+from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer, save_policy
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.rollout.scoring import eval_mode, train_mode
@@ -134,7 +134,7 @@ class FGRPOModule(L.LightningModule):
         super().__init__()
         if isinstance(group_weight, dict):  # as stored in a checkpoint's hyperparameters
             group_weight = GroupWeight(**group_weight)
-        self._validate(locals())
+        check_module_args(locals())
         self.nonfinite_guard = NonFiniteGuard(max_nonfinite_skips)
         self.save_hyperparameters()
         # Stored as a plain dict: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
@@ -153,38 +153,6 @@ class FGRPOModule(L.LightningModule):
         The module times old_logprobs, ref_logprobs, forward, backward, optimizer and log; the rollout callback
         times generate, reward and sync into the same timer (and an asynchronous rollout source adds ``wait``:
         ``module.timer.add("wait", seconds)`` or ``with module.timer.phase("wait"): ...``)."""
-
-    @staticmethod
-    def _validate(args: dict[str, Any]) -> None:
-        check_module_numbers(args)  # finite floats, epsilon in [0, 1], betas in [0, 1)
-        checks = [
-            (args["gamma"] >= 0, f"--model.gamma must be >= 0, got {args['gamma']}"),
-            (
-                args["loss_type"] in LOSS_TYPES,
-                f"--model.loss_type must be one of {LOSS_TYPES}, got {args['loss_type']!r}",
-            ),
-            (args["beta"] >= 0, f"--model.beta must be >= 0, got {args['beta']}"),
-            (args["num_iterations"] >= 1, f"--model.num_iterations must be >= 1, got {args['num_iterations']}"),
-            (args["micro_batch_rows"] >= 1, f"--model.micro_batch_rows must be >= 1, got {args['micro_batch_rows']}"),
-            (args["lr"] > 0, f"--model.lr must be > 0, got {args['lr']}"),
-            (args["temperature"] > 0, f"--model.temperature must be > 0, got {args['temperature']}"),
-            (args["advantage_eps"] > 0, f"--model.advantage_eps must be > 0, got {args['advantage_eps']}"),
-            (args["warmup_steps"] >= 0, f"--model.warmup_steps must be >= 0, got {args['warmup_steps']}"),
-            (args["importance_cap"] > 0, f"--model.importance_cap must be > 0, got {args['importance_cap']}"),
-        ]
-        if args["group_weight"] is not None and args["gamma"] != 0:
-            raise ConfigError(
-                f"--model.gamma={args['gamma']} and --model.group_weight (kind {args['group_weight'].kind!r}) are both "
-                "set; the group weight replaces the focal one",
-                hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
-            )
-        mbp = args["mini_batch_prompts"]
-        checks.append((mbp is None or mbp >= 1, f"--model.mini_batch_prompts must be >= 1, got {mbp}"))
-        for k in args["val_pass_at_k"] or []:
-            checks.append((k >= 1, f"--model.val_pass_at_k values must be >= 1, got {k}"))
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
 
     # ------------------------------------------------------------------ model
     @override
@@ -265,9 +233,8 @@ class FGRPOModule(L.LightningModule):
         ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]  # (b, Tp + T)
         T = rollout.completion_length
         if width:
-            first = int(attn[:, : ids.shape[1] - T].any(dim=0).long().argmax()) if ids.shape[1] > T else 0
-            end = ids.shape[1] - T + width
-            ids, attn, T = ids[:, first:end], attn[:, first:end], width  # (b, Tp' + width)
+            ids, attn = trim_rows(ids, attn, T, width)  # (b, Tp' + width)
+            T = width
         return completion_logprobs(
             model,
             ids,
@@ -416,31 +383,26 @@ class FGRPOModule(L.LightningModule):
     ) -> list[dict[str, Tensor]]:
         """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss.
 
-        Rows are sorted by completion length and each micro-batch is cut to its own longest completion and
-        prompt, so little padding goes through the model; every loss is row-local (the aggregation shares
-        depend on row counts only), so neither changes the gradient. The policy runs in train mode here
-        (gradient checkpointing and dropout apply) and in eval mode everywhere else. ``entropy`` computes the
-        logged entropy (the first pass only; ``train/entropy`` averages the pieces that have it).
+        The micro-batches come from :func:`lit_fgrpo.micro_batches.plan_micro_batches` (zero-advantage rows left
+        out, rows sorted by length, each piece cut to its longest completion: the gradient is unchanged). The
+        policy runs in train mode here (gradient checkpointing and dropout apply) and in eval mode everywhere else.
+        ``entropy`` computes the logged entropy (the first pass only; ``train/entropy`` averages the pieces that
+        have it).
         """
         mask = rollout.completion_mask  # (B, T)
         mb_rows, mb_tokens = len(rows), mask[rows].sum()
-        rows_before_skip = rows
-        if self.hp.skip_zero_advantage and self.hp.beta == 0:
-            rows = rows[flat_adv[rows] != 0]
         T = rollout.completion_length
         lengths = rollout.attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
-        rows = rows[torch.argsort(lengths[rows], stable=True)]
-        one_pass_weights = train_old is None and self.hp.importance_correction != "none"
-        chunks = list(rows.split(self.hp.micro_batch_rows)) if len(rows) else []
-        real_chunks = len(chunks)
-        # DDP all-reduces gradients in every backward: every rank must run as many as the busiest one, or a rank
-        # whose rows were all skipped (zero advantage) leaves the others waiting. Padding backwards have zero loss.
+        skip_zero = self.hp.skip_zero_advantage and self.hp.beta == 0
+        plan = plan_micro_batches(rows, flat_adv, lengths, self.hp.micro_batch_rows, skip_zero)
+        # DDP all-reduces gradients in every backward: every rank runs as many as the busiest one.
         if self._trainer is not None and self.trainer.world_size > 1:
-            chunks += [rows_before_skip[:1]] * (global_max(real_chunks) - real_chunks)
+            plan += padding_micro_batches(rows, global_max(len(plan)) - len(plan))
+        one_pass_weights = train_old is None and self.hp.importance_correction != "none"
         pieces: list[dict[str, Tensor]] = []
-        for index, chunk in enumerate(chunks):
-            share_of = 1.0 if index < real_chunks else 0.0  # 0 for a padding backward
-            width = max(1, int(lengths[chunk].max()))
+        for micro in plan:
+            chunk, width = micro.rows, micro.width
+            share_of = 0.0 if micro.padding else 1.0
             cols = slice(0, width)
             m = mask[chunk][:, cols]  # (b, w)
             sampling_logp = rollout.sampling_logp[chunk][:, cols] if rollout.sampling_logp is not None else None
@@ -472,8 +434,8 @@ class FGRPOModule(L.LightningModule):
                     self.manual_backward(loss * share)
                 else:  # used outside a Trainer (backward_on from a user's own loop or a test)
                     (loss * share).backward()
-            if index >= real_chunks:
-                continue  # a padding backward: no statistics
+            if micro.padding:
+                continue  # no statistics
             piece["loss"] = (loss * share).detach()
             piece["tokens"] = m.sum()
             if out.entropy is not None:
@@ -542,11 +504,4 @@ class FGRPOModule(L.LightningModule):
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Save the policy (LoRA merged into a copy) and the tokenizer, loadable by transformers unchanged."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        policy = self.policy
-        if self.is_lora:
-            policy = copy.deepcopy(self.policy).merge_and_unload()  # type: ignore[operator]
-        policy.save_pretrained(directory)  # type: ignore[operator]
-        self.tokenizer.save_pretrained(directory)
-        return directory
+        return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.is_lora)

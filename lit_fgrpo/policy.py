@@ -1,7 +1,8 @@
-"""Building the policy, its tokenizer and the optional LoRA wrapper from settings."""
+"""Building the policy, its tokenizer and the optional LoRA wrapper from settings; saving them for transformers."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -98,3 +99,15 @@ def apply_lora(policy: nn.Module, lora: LoraSettings) -> nn.Module:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(policy, config)  # type: ignore[arg-type]
+
+
+def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_lora: bool = False) -> Path:
+    """Save ``policy`` (with ``merge_lora``, its LoRA adapters merged into a copy) and ``tokenizer`` to
+    ``directory``, loadable by transformers unchanged; returns the directory."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if merge_lora:
+        policy = copy.deepcopy(policy).merge_and_unload()  # type: ignore[operator]
+    policy.save_pretrained(directory)  # type: ignore[operator]
+    tokenizer.save_pretrained(directory)
+    return directory

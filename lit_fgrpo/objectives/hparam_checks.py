@@ -1,7 +1,7 @@
-"""Range checks on the module's numeric settings that the type system cannot express.
+"""Checks on the module's settings that the type system cannot express (ranges, finiteness, exclusive pairs).
 
-:func:`check_module_numbers` is called by ``FGRPOModule._validate`` with the constructor's arguments; each failure is
-a :class:`lit_fgrpo.errors.ConfigError` naming the flag, so the CLI prints it as one ``error:`` line.
+:func:`check_module_args` is called by ``FGRPOModule.__init__`` with the constructor's arguments; each failure is a
+:class:`lit_fgrpo.errors.ConfigError` naming the flag, so the CLI prints it as one ``error:`` line.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.objectives.policy_loss import LOSS_TYPES
 
 FLOAT_SETTINGS = (
     "gamma",
@@ -56,3 +57,40 @@ def check_module_numbers(args: Mapping[str, Any]) -> None:
         for i, beta in enumerate(betas):
             if not (math.isfinite(float(beta)) and 0 <= beta < 1):
                 raise ConfigError(f"--model.adam_betas[{i}] must be in [0, 1), got {beta}")
+
+
+def check_module_args(args: Mapping[str, Any]) -> None:
+    """All checks of ``FGRPOModule``'s constructor arguments: :func:`check_module_numbers`, then the ranges and the
+    choice of loss, then ``gamma`` and ``group_weight`` (exclusive: the group weight replaces the focal one).
+
+    Args:
+        args: The module's constructor arguments by name (``group_weight`` already a ``GroupWeight`` or None).
+
+    Raises:
+        ConfigError: ``"--model.<name> ..."`` for the first bad setting.
+    """
+    check_module_numbers(args)  # finite floats, epsilon in [0, 1], betas in [0, 1)
+    mbp = args["mini_batch_prompts"]
+    checks = [
+        (args["gamma"] >= 0, f"--model.gamma must be >= 0, got {args['gamma']}"),
+        (args["loss_type"] in LOSS_TYPES, f"--model.loss_type must be one of {LOSS_TYPES}, got {args['loss_type']!r}"),
+        (args["beta"] >= 0, f"--model.beta must be >= 0, got {args['beta']}"),
+        (args["num_iterations"] >= 1, f"--model.num_iterations must be >= 1, got {args['num_iterations']}"),
+        (args["micro_batch_rows"] >= 1, f"--model.micro_batch_rows must be >= 1, got {args['micro_batch_rows']}"),
+        (args["lr"] > 0, f"--model.lr must be > 0, got {args['lr']}"),
+        (args["temperature"] > 0, f"--model.temperature must be > 0, got {args['temperature']}"),
+        (args["advantage_eps"] > 0, f"--model.advantage_eps must be > 0, got {args['advantage_eps']}"),
+        (args["warmup_steps"] >= 0, f"--model.warmup_steps must be >= 0, got {args['warmup_steps']}"),
+        (args["importance_cap"] > 0, f"--model.importance_cap must be > 0, got {args['importance_cap']}"),
+    ]
+    if args["group_weight"] is not None and args["gamma"] != 0:
+        raise ConfigError(
+            f"--model.gamma={args['gamma']} and --model.group_weight (kind {args['group_weight'].kind!r}) are both "
+            "set; the group weight replaces the focal one",
+            hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
+        )
+    checks.append((mbp is None or mbp >= 1, f"--model.mini_batch_prompts must be >= 1, got {mbp}"))
+    checks += [(k >= 1, f"--model.val_pass_at_k values must be >= 1, got {k}") for k in args["val_pass_at_k"] or []]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
