@@ -5,8 +5,10 @@ Before every training batch it samples G completions per prompt (``sampling.n``)
 :class:`~lit_fgrpo.rollout.batch.RolloutBatch` to the :class:`~lit_fgrpo.rollout.batch.PromptBatch` that
 ``training_step`` receives (``batch.rollout``). After optimizer steps it pushes the policy's weights into the engine
 (every ``sync_every`` steps) and checks the sync by comparing the engine's log-probs with the trainer's on a small
-probe (logged as ``rollout/sync_logprob_delta``; a gap beyond ``sync_tolerance`` raises). Validation and test
-batches get ``val_samples`` completions per prompt; the module logs ``val/pass_at_k``.
+probe (logged as ``rollout/sync_logprob_delta``; a gap beyond ``sync_tolerance`` raises): the engine, its pushes and
+the check are a :class:`~lit_fgrpo.rollout.engine_sync.EngineSync`. Validation and test batches get
+``val_samples`` completions per prompt; the module logs ``val/pass_at_k``. Dynamic sampling's rounds are fed by
+``callbacks/dynamic_rollouts.py``, asynchronous rollouts by ``callbacks/async_rollouts.py``.
 
 Engine life cycle. The policy is built in the module's ``configure_model``, so the engine is built on the first
 ``fit``/``validate``/``test`` start hook that sees it. A warm start (another callback's ``on_fit_start``) or a
