@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -103,11 +104,24 @@ def apply_lora(policy: nn.Module, lora: LoraSettings) -> nn.Module:
 
 def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_lora: bool = False) -> Path:
     """Save ``policy`` (with ``merge_lora``, its LoRA adapters merged into a copy) and ``tokenizer`` to
-    ``directory``, loadable by transformers unchanged; returns the directory."""
+    ``directory``, loadable by transformers unchanged; returns the directory.
+
+    transformers draws a "Writing model shards" bar; into a log file (stderr not a terminal) its carriage-return
+    frames are noise, so it is switched off there for the save.
+    """
+    from transformers.utils import logging as hf_logging
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if merge_lora:
         policy = copy.deepcopy(policy).merge_and_unload()  # type: ignore[operator]
-    policy.save_pretrained(directory)  # type: ignore[operator]
+    quiet = hf_logging.is_progress_bar_enabled() and not sys.stderr.isatty()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        policy.save_pretrained(directory)  # type: ignore[operator]
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(directory)
     return directory
