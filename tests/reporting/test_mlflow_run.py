@@ -59,11 +59,10 @@ def test_non_tty_run_prints_warm_start_status_lines(tiny_run: TinyRun) -> None:
     rl = re.findall(r"^RL: step (\d+)/4 \(\d+%\), reward", tiny_run.output, re.M)
     assert rl and rl[-1] == "4"
     assert "Epoch 0/-2" not in tiny_run.output
-    # no tqdm frames of ours in a log (transformers' own "Writing model shards" bar in save_pretrained still draws)
+    # no tqdm frames in a log: neither ours nor transformers' "Writing model shards" bar (switched off by save_policy)
     frames = [line for line in tiny_run.output.split("\n") if "\r" in line]
-    assert not [f for f in frames if re.search(r"warm start|RL|pass@k|Epoch|Validation|Writing model shards", f)], (
-        frames
-    )
+    phases = r"warm start|RL|pass@k|Epoch|Validation|Writing model shards"
+    assert not [f for f in frames if re.search(phases, f)], frames
 
 
 def test_non_tty_run_prints_evaluation_status_lines(tiny_run: TinyRun) -> None:
