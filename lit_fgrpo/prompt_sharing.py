@@ -8,6 +8,11 @@ decoder then runs over the completions only, attending to the cached prompt keys
 differentiable, so under autograd each prompt position's gradient is the sum over its rows, as in the whole-row
 pass: the values and the gradient are the same up to float rounding (tests/test_prompt_sharing.py).
 
+The indexing is ``index_select``, not ``tensor[rows]`` (what transformers' ``batch_select_indices`` does): the
+backward of ``tensor[rows]`` on the CPU is an accumulating ``index_put_`` whose threads add into the shared prompt
+rows in whatever order they get there, so with 2 threads two runs of the same training differed in the last bits
+(and, 200 RL steps later, in the demo's pass@k). ``index_select``'s backward (``index_add_``) adds in a fixed order.
+
 Cost: the prompt's share of the decoder's work falls by a factor of b / U (G within one micro-batch of whole
 groups). Measured on the case-a shape of ``benchmarks/bench_step.py`` (8 prompts x 8 completions, 32 + 64
 tokens, 1 thread): forward + backward 0.30 s -> 0.22 s (docs/RESULTS.md, section 7.2). Longer prompts gain more.
@@ -66,12 +71,26 @@ def shared_prompt_hidden(
     prompt_hidden = decoder(
         input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, past_key_values=cache, use_cache=True
     ).last_hidden_state[:, -1]  # (U, H): predicts the first completion token
-    cache.batch_select_indices(row_prompt)  # every layer's (U, heads, Tp, d) -> (b, heads, Tp, d)
+    select_cache_rows(cache, row_prompt)  # every layer's (U, heads, Tp, d) -> (b, heads, Tp, d)
     completion_hidden = decoder(
         input_ids=input_ids[:, Tp:], attention_mask=attention_mask, position_ids=position_ids[:, Tp:],
         past_key_values=cache, use_cache=True,
     ).last_hidden_state  # (b, T, H)  # fmt: skip
-    return torch.cat([prompt_hidden[row_prompt].unsqueeze(1), completion_hidden[:, :-1]], dim=1)  # (b, T, H)
+    first = prompt_hidden.index_select(0, row_prompt).unsqueeze(1)  # (b, 1, H)
+    return torch.cat([first, completion_hidden[:, :-1]], dim=1)  # (b, T, H)
 
 
-__all__ = ["shared_prompt_hidden"]
+def select_cache_rows(cache: Any, rows: Tensor) -> None:
+    """Keep batch rows ``rows`` (repeats allowed) of every layer of a ``DynamicCache``, through ``index_select``
+    (deterministic backward, see the module docstring); layers of another kind go through transformers' own
+    ``batch_select_indices``."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in cache.layers:
+        if type(layer).batch_select_indices is not DynamicLayer.batch_select_indices or layer.keys is None:
+            layer.batch_select_indices(rows)
+        elif layer.keys.numel():
+            layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+
+
+__all__ = ["select_cache_rows", "shared_prompt_hidden"]

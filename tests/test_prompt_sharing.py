@@ -115,3 +115,23 @@ def test_nothing_is_shared_where_it_cannot_be() -> None:
     assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 6) is None  # transformers would drop the cache
     model.eval()
     assert shared_prompt_hidden(decoder, ids, mask, positions(mask), 6) is not None  # no checkpointing outside training
+
+
+def test_gradients_are_the_same_on_every_run_with_two_threads() -> None:
+    """Many rows share few prompts: the prompt gradients sum the rows in a fixed order (index_select's backward).
+
+    With ``tensor[rows]`` (transformers' ``batch_select_indices``) the CPU backward's accumulating ``index_put_``
+    adds from 2 threads in a varying order: repeated runs then differ in the last bits (and 200 RL steps later in
+    the maze demo's pass@k).
+    """
+    model = tiny_lm(vocab=VOCAB).train()
+    ids, mask = group_batch(P=2, G=48, Tp=24, T=6)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        runs = [run(model, ids, mask, 6)[2] for _ in range(8)]
+    finally:
+        torch.set_num_threads(threads)
+    for other in runs[1:]:
+        for name, grad in runs[0].items():
+            assert torch.equal(other[name], grad), name
