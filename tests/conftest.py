@@ -26,10 +26,9 @@ def _one_torch_thread() -> Iterator[None]:
     """Every test runs with 1 intra-op thread (the caller's count restored after).
 
     Many tests compare two runs in one process bit for bit (resume, k = 0 against synchronous, golden weights).
-    With 2 threads, once another thread of the process has run torch ops (an asynchronous-rollout test's generator
-    thread, for one), the main thread's gradients now and then differ in the last bits (likely the threaded BLAS
-    splitting the work by what it finds free): the comparison then failed in 2 of 3 runs after such a test. One
-    thread computes one way.
+    With 2 threads such comparisons failed now and then; the cause found later was the shared-prompt pass's
+    backward adding a prompt's rows from 2 threads in a varying order (fixed; tests/test_prompt_sharing.py checks
+    2-thread runs bit for bit). The pin stays so that a threaded op added later cannot make those tests flaky.
     Tests about thread counts set their own.
     """
     threads = torch.get_num_threads()

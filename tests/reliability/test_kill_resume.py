@@ -21,9 +21,9 @@ def launch(folder: Path, kill: str, resume: bool) -> subprocess.CompletedProcess
         ["--resume"] if resume else []
     )
     # One intra-op thread, as every in-process test has (conftest). With the default 2, CI once saw layer 1's k_proj
-    # off by more than 1e-6 after a test that had passed in every earlier run (and in 5 runs here, idle and loaded):
-    # most likely MKL's threaded matmuls rounding a gradient differently in one process than in the other, which
-    # Adam at lr 1e-2 turns into such a difference. One thread computes one way.
+    # off by more than 1e-6: the shared-prompt pass's backward then added the rows of a prompt from 2 threads in a
+    # varying order (fixed in lit_fgrpo/prompt_sharing.py, checked at 2 threads by tests/test_prompt_sharing.py),
+    # and Adam at lr 1e-2 turns a last-bit difference into that. The pin keeps this test about resuming.
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
