@@ -83,4 +83,3 @@ def test_weights_after_k_steps_match_the_recorded_fixture() -> None:
     assert set(golden) == set(weights)
     for name, value in golden.items():
         torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=name)
-
