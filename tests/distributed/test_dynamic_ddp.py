@@ -7,6 +7,7 @@ Each rank records the prompts its rounds drew and its data module's draw cursor 
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -29,12 +30,14 @@ def _command(out: Path, *flags: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, str, Path]]:
-    """A 2-rank run (checkpoint at step 2) beside one whose rank 1 crashes in its step-1 rollout; then a resume."""
+    """A 2-rank run (checkpoint at step 2) beside one whose rank 1 crashes in its step-1 rollout and one that comes up
+    short with ``on_short="error"``; then a resume."""
     root = tmp_path_factory.mktemp("dynamic")
-    outs = {name: root / name for name in ("ddp", "crash", "resumed")}
+    outs = {name: root / name for name in ("ddp", "crash", "short", "resumed")}
     commands = [
         (_command(outs["ddp"], "--ckpt-every", "2"), base_env()),
         (_command(outs["crash"], "--fail-rank", "1", "--fail-kind", "rollout"), base_env()),
+        (_command(outs["short"], "--dynamic-short-error"), base_env()),
     ]
     results = run_processes(commands, timeout=300)
     assert results[0][0] == 0, results[0][1][-4000:]
@@ -84,3 +87,16 @@ def test_a_crash_in_a_round_on_rank_1_stops_every_rank_with_its_message(runs: di
     error = "ValueError: reward function maze crashed on rank 1"
     assert f"rank 1 failed in the dynamic-sampling rollout at step 1: {error}" in output, output[-3000:]
     assert not (out / "rank0.pt").exists()
+
+
+def test_a_rank_left_short_with_on_short_error_stops_every_rank(runs: dict) -> None:
+    # one round of P / W = 2 prompts per rank; about half of the groups are constant, so a rank comes up short
+    status, output, out = runs["short"]
+    assert status != 0
+    assert re.search(r"RuntimeError: dynamic_sampling: [01] informative groups of 2 after 1 rounds", output), output[
+        -3000:
+    ]
+    assert re.search(
+        r"rank [01] failed in the dynamic-sampling rollout at step \d+: RuntimeError: dynamic_sampling", output
+    )
+    assert not (out / "rank0.pt").exists() and not (out / "rank1.pt").exists()

@@ -207,6 +207,7 @@ def main() -> None:
     )
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
+    parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step)
@@ -224,6 +225,8 @@ def main() -> None:
     if args.dynamic:
         half = "tests.training.test_dynamic_sampling_training:half_constant_reward"  # half the groups constant
         dynamic = {"max_rounds": 6, "oversample": 1.5}
+        if args.dynamic_short_error:
+            dynamic = {"max_rounds": 1, "oversample": 1.0, "on_short": "error"}
         callbacks[1]["init_args"] |= {"reward_funcs": [half], "correctness": half, "dynamic_sampling": dynamic}
     if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
         flat = "tests.distributed.workers.maze_run:flat_reward"
