@@ -31,7 +31,7 @@ from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.cpu_split import CpuSplit
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap, policy_logprobs
-from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, policy_state_dict, state_dict_to_blob
+from lit_fgrpo.rollout.vllm_worker import WORKER_EXTENSION, merged_lora, policy_state_dict, state_dict_to_blob
 
 _GIB = 1 << 30
 
@@ -150,14 +150,8 @@ class VLLMEngine(RolloutEngine):
         base.config.save_pretrained(path)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
-        merge = hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
-        if merge:
-            model.merge_adapter()  # type: ignore[operator]
-        try:
+        with merged_lora(model):
             sd = {k: v.detach().cpu().contiguous().clone() for k, v in policy_state_dict(model).items()}
-        finally:
-            if merge:
-                model.unmerge_adapter()  # type: ignore[operator]
         save_file(sd, str(path / "model.safetensors"), metadata={"format": "pt"})
         if tokenizer is not None and engine_kwargs.get("eos_token_id") is None:
             engine_kwargs["eos_token_id"] = tokenizer.eos_token_id
@@ -287,14 +281,8 @@ class VLLMEngine(RolloutEngine):
         if is_sharded(model):
             self.push_weights(iter_full_weights(model))
             return
-        merge = hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
-        if merge:
-            model.merge_adapter()  # type: ignore[operator]
-        try:
+        with merged_lora(model):
             self.push_state_dict(policy_state_dict(model))
-        finally:
-            if merge:
-                model.unmerge_adapter()  # type: ignore[operator]
 
     def verify_sync(
         self,

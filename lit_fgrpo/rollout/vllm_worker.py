@@ -13,6 +13,8 @@ This module must import without vLLM installed (vLLM imports it by name inside t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 WORKER_EXTENSION = "lit_fgrpo.rollout.vllm_worker.WeightSyncExtension"
@@ -28,11 +30,25 @@ def _tie_lm_head(model: Any, state_dict: dict[str, Any]) -> None:
         state_dict["lm_head.weight"] = model.get_input_embeddings().weight
 
 
+@contextmanager
+def merged_lora(model: Any) -> Iterator[None]:
+    """A PEFT model's LoRA adapters merged into the base weights for the block, unmerged after (even on error);
+    any other model unchanged. What :func:`policy_state_dict` needs of a PEFT policy."""
+    merge = hasattr(model, "peft_config") and hasattr(model, "merge_adapter")
+    if merge:
+        model.merge_adapter()
+    try:
+        yield
+    finally:
+        if merge:
+            model.unmerge_adapter()
+
+
 def policy_state_dict(model: Any) -> dict[str, Any]:
     """Checkpoint-format state dict of the policy, as vLLM's ``load_weights`` expects it.
 
     * Plain model: ``model.state_dict()`` plus ``lm_head.weight`` (the input embedding when tied).
-    * PEFT LoRA: the caller must have merged the adapter (``merge_adapter()``); names lose
+    * PEFT LoRA: the caller must have merged the adapter (:func:`merged_lora`); names lose
       ``base_model.model.`` and ``.base_layer``, ``lora_*`` tensors and ``original_module`` copies are
       dropped and ``modules_to_save.default`` copies take the plain name.
 
