@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from lit_fgrpo.theory.categorical_sweep import sweep_categorical
 from lit_fgrpo.theory.simulation import (
     AdamWState,
     adamw_step,
@@ -25,7 +26,6 @@ from lit_fgrpo.theory.simulation import (
     simulate_categorical,
     surrogate_grad,
     surrogate_loss,
-    sweep_categorical,
 )
 
 SMALL_A, SMALL_C = 50, 5

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lit_fgrpo.theory.simulation import sweep_categorical
+from lit_fgrpo.theory.categorical_sweep import sweep_categorical
 
 PAPER_GROUP_SIZES = [2**k for k in range(1, 18)]
 """N = 2, 4, ..., 131,072 (17 values), the paper's sweep."""
