@@ -12,7 +12,6 @@ never reaches the advantages.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Sequence
@@ -231,46 +230,3 @@ def score_completions(
     unjudged = torch.isnan(correctness_values)
     correct = (correctness_values >= correct_threshold) & ~unjudged
     return RewardResult(rewards, correct, per_function, num_failed, int(unjudged.sum()), num_nonfinite, num_timed_out)
-
-
-def _builtin_rewards() -> dict[str, Any]:
-    from lit_fgrpo.rewards.math_answer import math_answer_reward
-    from lit_fgrpo.rewards.maze_reward import maze_reward
-    from lit_fgrpo.rewards.reasoning_gym_reward import reasoning_gym_correct, reasoning_gym_reward
-
-    return {
-        "math_answer": math_answer_reward,
-        "maze": maze_reward,
-        "reasoning_gym": reasoning_gym_reward,
-        "reasoning_gym_correct": reasoning_gym_correct(),
-    }
-
-
-BUILTIN_REWARD_NAMES = ("math_answer", "maze", "reasoning_gym", "reasoning_gym_correct")
-"""Names :func:`resolve_reward` knows without a module path."""
-
-
-def resolve_reward(name_or_path: str | RewardFn) -> RewardFn:
-    """A reward function by built-in name (:data:`BUILTIN_REWARD_NAMES`) or ``package.module:attr`` /
-    ``package.module.attr`` path. A class found by path is instantiated without arguments; a callable passes through.
-
-    Raises:
-        ValueError: If the name is unknown, the path cannot be imported, or the object is not callable.
-    """
-    if not isinstance(name_or_path, str):
-        return name_or_path
-    builtins = _builtin_rewards()
-    if name_or_path in builtins:
-        return builtins[name_or_path]
-    module_name, sep, attr = name_or_path.partition(":") if ":" in name_or_path else name_or_path.rpartition(".")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"unknown reward {name_or_path!r}: use one of {BUILTIN_REWARD_NAMES} or 'package.module:name'")
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"cannot import reward {name_or_path!r}: {err}") from None
-    if isinstance(obj, type):
-        obj = obj()
-    if not callable(obj):
-        raise ValueError(f"reward {name_or_path!r} is not callable")
-    return obj
