@@ -10,18 +10,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from lit_fgrpo.data.records import (
-    NonStringAnswers,
-    PromptRecord,
-    SourceExample,
-    TooLongPolicy,
-    read_disk_dataset,
-    read_jsonl,
-    read_maze_splits,
-    read_parquet,
-    read_reasoning_gym,
-    render_records,
-)
+from lit_fgrpo.data.records import NonStringAnswers, PromptRecord, SourceExample, TooLongPolicy, render_records
+from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_maze_splits, read_parquet, read_reasoning_gym
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.batching import per_rank_share
 from lit_fgrpo.errors import DataError

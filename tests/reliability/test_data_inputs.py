@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_fgrpo.data.records import read_disk_dataset, read_jsonl, read_parquet
+from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet
 from lit_fgrpo.errors import DataError
 
 
