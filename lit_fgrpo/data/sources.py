@@ -84,6 +84,26 @@ def _refuse_duplicate_keys(where: str) -> Any:
     return hook
 
 
+def _table_examples(
+    rows: list[dict[str, Any]],
+    column_names: Sequence[str],
+    path: str | Path,
+    prompt_field: str,
+    required_columns: Sequence[str],
+    non_string_answers: NonStringAnswers,
+) -> list[SourceExample]:
+    """The checked examples of a table's rows (Parquet, ``datasets``), after checking its columns; rows count from 1."""
+    missing = [name for name in (prompt_field, *required_columns) if name not in column_names]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {missing} (present: {list(column_names)})")
+    examples = [
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
+        for i, row in enumerate(rows)
+    ]
+    _log_conversions(rows, examples, required_columns, str(path))
+    return _nonempty(examples, str(path))
+
+
 def read_jsonl(
     path: str | Path,
     prompt_field: str = "prompt",
@@ -149,16 +169,9 @@ def read_parquet(
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError for damaged files
         raise DataError(f"{path}: unreadable Parquet file ({type(err).__name__}: {err})") from None
-    missing = [name for name in (prompt_field, *required_columns) if name not in table.column_names]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {missing} (present: {table.column_names})")
-    rows = table.to_pylist()
-    examples = [
-        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
-        for i, row in enumerate(rows)
-    ]
-    _log_conversions(rows, examples, required_columns, str(path))
-    return _nonempty(examples, str(path))
+    return _table_examples(
+        table.to_pylist(), table.column_names, path, prompt_field, required_columns, non_string_answers
+    )
 
 
 def check_parquet_file(path: str | Path) -> None:
@@ -205,16 +218,7 @@ def read_disk_dataset(
         if split not in loaded:
             raise DataError(f"{path}: no split {split!r} (splits: {list(loaded)})")
         loaded = loaded[split]
-    missing = [name for name in (prompt_field, *required_columns) if name not in loaded.column_names]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {missing} (present: {loaded.column_names})")
-    rows = list(loaded)
-    examples = [
-        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
-        for i, row in enumerate(rows)
-    ]
-    _log_conversions(rows, examples, required_columns, str(path))
-    return _nonempty(examples, str(path))
+    return _table_examples(list(loaded), loaded.column_names, path, prompt_field, required_columns, non_string_answers)
 
 
 def check_dataset_folder(path: str | Path) -> None:
