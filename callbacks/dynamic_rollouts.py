@@ -78,9 +78,7 @@ def dynamic_rollout(
         with fail_together(what):
             return collect(source.draw_prompts(count), seed_step)
 
-    def skip(count: int) -> int:
-        nonlocal rounds
-        rounds += 1
+    def skip(count: int) -> int:  # only once this rank has its groups: no draw (and no round seed) follows
         with fail_together(what):  # the collective the generating ranks' draw takes part in
             return len(source.draw_prompts(count))
 
