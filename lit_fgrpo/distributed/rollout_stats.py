@@ -16,6 +16,7 @@ from lit_fgrpo.distributed.reduction import gather_objects
 from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.dynamic_sampling import keep_rate
 
 SUMMED_STATS = (
     "tokens_per_s",
@@ -44,8 +45,11 @@ def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float
         summed = key.startswith("failed_") or key in SUMMED_STATS
         out[f"rollout/{key}"] = sum(values) if summed else sum(values) / len(values)
     if "rollout/dynamic_keep_rate" in out and "rollout/dynamic_groups_informative" in out:
-        generated = out["rollout/dynamic_prompts_drawn"] - out.get("rollout/dynamic_prompts_skipped", 0.0)
-        out["rollout/dynamic_keep_rate"] = out["rollout/dynamic_groups_informative"] / max(generated, 1.0)
+        out["rollout/dynamic_keep_rate"] = keep_rate(
+            out["rollout/dynamic_groups_informative"],
+            out["rollout/dynamic_prompts_drawn"],
+            out.get("rollout/dynamic_prompts_skipped", 0.0),
+        )
     return out
 
 

@@ -74,6 +74,11 @@ def ranks_round_need(missing: int, exhausted: bool) -> int:
     return 0 if any_exhausted else most_missing
 
 
+def keep_rate(groups_informative: float, prompts_drawn: float, prompts_skipped: float) -> float:
+    """Informative groups per generated prompt (prompts consumed without generation do not count)."""
+    return groups_informative / max(prompts_drawn - prompts_skipped, 1)
+
+
 @dataclass(frozen=True)
 class DynamicSampling:
     """Settings of dynamic sampling (validated on construction)."""
@@ -117,7 +122,6 @@ class DynamicSamplingStats:
         Counts, summed over ranks when logged (:data:`~lit_fgrpo.distributed.rollout_stats.SUMMED_STATS`), and the
         keep rate: informative groups per generated prompt (recomputed from the summed counts over ranks).
         """
-        generated = self.prompts_drawn - self.prompts_skipped
         return {
             "dynamic_rounds": float(self.rounds),
             "dynamic_prompts_drawn": float(self.prompts_drawn),
@@ -125,7 +129,7 @@ class DynamicSamplingStats:
             "dynamic_groups_informative": float(self.groups_informative),
             "dynamic_groups_kept": float(self.groups_kept),
             "dynamic_groups_padded": float(self.groups_padded),
-            "dynamic_keep_rate": self.groups_informative / max(generated, 1),
+            "dynamic_keep_rate": keep_rate(self.groups_informative, self.prompts_drawn, self.prompts_skipped),
         }
 
 
