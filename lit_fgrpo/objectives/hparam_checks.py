@@ -60,8 +60,8 @@ def check_module_numbers(args: Mapping[str, Any]) -> None:
 
 
 def check_module_args(args: Mapping[str, Any]) -> None:
-    """All checks of ``FGRPOModule``'s constructor arguments: :func:`check_module_numbers`, then the ranges and the
-    choice of loss, then ``gamma`` and ``group_weight`` (exclusive: the group weight replaces the focal one).
+    """All checks of ``FGRPOModule``'s constructor arguments: :func:`check_module_numbers`, then ``gamma`` and
+    ``group_weight`` (exclusive: the group weight replaces the focal one), then the ranges and the choice of loss.
 
     Args:
         args: The module's constructor arguments by name (``group_weight`` already a ``GroupWeight`` or None).
@@ -70,6 +70,12 @@ def check_module_args(args: Mapping[str, Any]) -> None:
         ConfigError: ``"--model.<name> ..."`` for the first bad setting.
     """
     check_module_numbers(args)  # finite floats, epsilon in [0, 1], betas in [0, 1)
+    if args["group_weight"] is not None and args["gamma"] != 0:
+        raise ConfigError(
+            f"--model.gamma={args['gamma']} and --model.group_weight (kind {args['group_weight'].kind!r}) are both "
+            "set; the group weight replaces the focal one",
+            hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
+        )
     mbp = args["mini_batch_prompts"]
     checks = [
         (args["gamma"] >= 0, f"--model.gamma must be >= 0, got {args['gamma']}"),
@@ -82,14 +88,8 @@ def check_module_args(args: Mapping[str, Any]) -> None:
         (args["advantage_eps"] > 0, f"--model.advantage_eps must be > 0, got {args['advantage_eps']}"),
         (args["warmup_steps"] >= 0, f"--model.warmup_steps must be >= 0, got {args['warmup_steps']}"),
         (args["importance_cap"] > 0, f"--model.importance_cap must be > 0, got {args['importance_cap']}"),
+        (mbp is None or mbp >= 1, f"--model.mini_batch_prompts must be >= 1, got {mbp}"),
     ]
-    if args["group_weight"] is not None and args["gamma"] != 0:
-        raise ConfigError(
-            f"--model.gamma={args['gamma']} and --model.group_weight (kind {args['group_weight'].kind!r}) are both "
-            "set; the group weight replaces the focal one",
-            hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
-        )
-    checks.append((mbp is None or mbp >= 1, f"--model.mini_batch_prompts must be >= 1, got {mbp}"))
     checks += [(k >= 1, f"--model.val_pass_at_k values must be >= 1, got {k}") for k in args["val_pass_at_k"] or []]
     for ok, message in checks:
         if not ok:
