@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the whole test command: ruff, mypy, pytest (notebooks included).
+# Set up (if needed) and run the whole test command: ruff, mypy, pytest (notebooks included), then the
+# rounding-sensitive tests (marker `numerics`) again on torch's and MKL's portable kernels, so that an expectation
+# only this CPU meets fails here before it fails on another machine. Arguments go to the first pytest run only
+# (given arguments, e.g. one test file, skip the second run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,3 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLL
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
+if [ "$#" -eq 0 ]; then
+  echo "== numerics-sensitive tests again on the portable kernels (ATEN_CPU_CAPABILITY=default, MKL AVX2)"
+  ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -p no:cacheprovider -m numerics
+fi

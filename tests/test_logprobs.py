@@ -53,12 +53,31 @@ def grads(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def assert_grads_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
-    """Each gradient within 1e-5 of its largest entry (float32 sums in another order)."""
+    """Each gradient within 1e-5 of its largest entry (float32 sums in another order; small vocabularies only)."""
     for name, ref in want.items():
         scale = float(ref.abs().max())
         torch.testing.assert_close(
             got[name], ref, rtol=0, atol=1e-5 * max(scale, 1e-3), msg=lambda m, name=name: f"{name}: {m}"
         )
+
+
+def relative_errors(grads: dict[str, torch.Tensor], exact: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Per parameter: the largest |grad - exact| over the largest |exact| entry."""
+    return {
+        name: float((grads[name].double() - ref).abs().max()) / max(float(ref.abs().max()), 1e-12)
+        for name, ref in exact.items()
+    }
+
+
+def float64_grads(tied: bool, temperature: float = 0.7) -> dict[str, torch.Tensor]:
+    """The plain path's gradients in float64: the exact values both float32 paths approximate."""
+    model = tiny_lm(tied=tied).double()
+    ids, mask = batch()
+    T = 9
+    weights = torch.linspace(-1.0, 2.0, ids.shape[0] * T, dtype=torch.float64).view(-1, T)  # (B, T)
+    out = completion_logprobs(model, ids, mask, T, temperature=temperature, chunked=False)
+    (out.logp * weights).sum().backward()
+    return grads(model)
 
 
 def both_paths(model: nn.Module, vocab: int = QWEN_VOCAB, T: int = 9, temperature: float = 0.7) -> list[Any]:
@@ -94,7 +113,24 @@ def test_chunked_equals_plain_in_value_entropy_and_gradient(tied: bool) -> None:
     torch.testing.assert_close(ent_c, ent, rtol=1e-5, atol=1e-5)
     assert 0.1 < float(ent.mean()) < 0.9 * torch.log(torch.tensor(float(QWEN_VOCAB)))  # not a uniform distribution
     assert g.keys() == g_c.keys() and len(g) > 0
-    assert_grads_close(g_c, g)
+    # At a 151,936-token vocabulary a float32 gradient entry sums 36 positions x 151,936 softmax terms, and each
+    # kernel (AVX-512, AVX2, the default one) rounds those sums in its own order: on some CPUs the two float32
+    # paths differ by 1e-5 to 6e-5 of a tensor's largest entry, beyond any fixed bound set on one machine. So
+    # both are held to the exact (float64) gradient, and the chunked path may not be more than 4x worse than the
+    # worst error of the model's own float32 forward, measured here in the same process on the same kernels.
+    # Measured (AMD EPYC, AVX-512 and ATEN_CPU_CAPABILITY=default): plain path worst 7e-6 to 1.2e-5, chunked up
+    # to 1.4e-5 of the largest entry (bound 3e-5 to 5e-5); the chunked head's logit gradient scaled by 1.001
+    # (values unchanged) fails at 7.1e-4.
+    exact = float64_grads(tied)
+    plain_error = max(relative_errors(g, exact).values())
+    assert plain_error < 1e-3, f"the float32 forward itself is {plain_error:.2e} from float64: check the reference"
+    bound = 4 * plain_error + 1e-6
+    chunked_error = relative_errors(g_c, exact)
+    worst = max(chunked_error, key=chunked_error.__getitem__)
+    assert chunked_error[worst] <= bound, (
+        f"{worst}: chunked gradient {chunked_error[worst]:.2e} of its largest entry from float64, "
+        f"bound {bound:.2e} (4x the plain path's {plain_error:.2e})"
+    )
 
 
 def test_entropy_matches_its_definition_and_is_only_computed_when_asked() -> None:

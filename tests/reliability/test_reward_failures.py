@@ -57,7 +57,7 @@ def hang_on_slow(prompts: list[str], completions: list[str], **_: Any) -> list[f
 def test_thread_timeout_makes_only_the_hanging_row_unscorable() -> None:
     start = time.perf_counter()
     result = score_completions(["p"] * 3, ["a", "slow", "b"], {}, [hang_on_slow], reward_timeout=0.3)
-    assert time.perf_counter() - start < 5
+    assert time.perf_counter() - start < 20  # the hang is 30 s: well under it means the timeout cut it (load-proof)
     assert result.rewards[[0, 2]].tolist() == [1.0, 1.0] and math.isnan(result.rewards[1])
     assert result.num_failed == {"hang_on_slow": 1} and result.num_timed_out == {"hang_on_slow": 1}
 
@@ -65,7 +65,7 @@ def test_thread_timeout_makes_only_the_hanging_row_unscorable() -> None:
 def test_process_timeout_kills_the_worker() -> None:
     start = time.perf_counter()
     scores, failed = run_reward(hang_on_slow, ["p"] * 2, ["a", "slow"], {}, timeout=1.0, isolation="process")
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 20  # a worker start, 1 s of timeout and a kill, against a 30 s hang
     assert scores == [1.0, None] and failed == 1
 
 

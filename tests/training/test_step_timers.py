@@ -2,8 +2,8 @@
 
 A real Trainer, the RolloutCallback on the HF engine and the tiny policy. The step's wall time is measured
 around the whole training batch by two callbacks (one first, one last in the list, so that the rollout in
-``on_train_batch_start`` and the weight sync in ``on_train_batch_end`` fall inside), and the logged phases
-must add up to it within 10%.
+``on_train_batch_start`` and the weight sync in ``on_train_batch_end`` fall inside); the logged phases, disjoint
+intervals inside it, never add up to more than it, and cover most of it.
 """
 
 from __future__ import annotations
@@ -72,4 +72,8 @@ def test_step_phases_are_logged_and_add_up_to_the_step_wall_time() -> None:
         phases = sum(value for key, value in row.items() if key.startswith("time/") and key.endswith(PHASES))
         wall = t1 - t0
         print(f"phases {phases:.4f} s, wall {wall:.4f} s, untimed {1 - phases / wall:.1%}")
-        assert abs(phases - wall) <= 0.1 * wall, (phases, wall, row)
+        # The phases are disjoint intervals inside the step, so their sum cannot exceed its wall time (on any
+        # machine, under any load). How much they cover is a timing figure (over 90% on an idle 2-core CPU);
+        # only a loose floor is asserted, so that a phase left untimed (a third of the step) still fails.
+        assert phases <= wall * (1 + 1e-6), (phases, wall, row)
+        assert phases >= 0.5 * wall, (phases, wall, row)
