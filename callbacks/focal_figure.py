@@ -17,7 +17,7 @@ With several ranks each rank sees its own prompts; the figure (drawn on rank 0) 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import numpy as np
@@ -25,10 +25,10 @@ import torch
 from torch import Tensor
 from typing_extensions import override
 
-from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.reporting.artifacts import log_figure
 from lit_fgrpo.reporting.focal_figure import focal_figure
 from lit_fgrpo.rollout.batch import PromptBatch
+from lit_fgrpo.rollout.consumer import RolloutConsumer, missing_members
 
 
 def group_success_rates(correct: Tensor, rewards: Tensor | None = None) -> np.ndarray:
@@ -71,9 +71,9 @@ class FocalFigureCallback(L.Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.steps or not trainer.is_global_zero:
             return
-        if isinstance(pl_module, FGRPOModule):
+        if not missing_members(pl_module, RolloutConsumer):
             # the weight the advantages were multiplied by (focal with gamma, or the group_weight hook)
-            weight = pl_module.applied_group_weight
+            weight = cast(RolloutConsumer, pl_module).group_weight
             size = torch.tensor(float(self.group_size))
 
             def weight_of_mu(mu: np.ndarray) -> np.ndarray:

@@ -7,14 +7,13 @@ training records (``answer`` column), logs ``warm_start/loss`` and skips itself 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import lightning as L
 from typing_extensions import override
 
-from lit_fgrpo.callbacks.rollout import RolloutConsumer
 from lit_fgrpo.data.datamodule import PromptDataModule
-from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rollout.consumer import PolicyHolder, check_consumer
 from lit_fgrpo.sft import supervised_warm_start
 
 
@@ -53,14 +52,14 @@ class WarmStartCallback(L.Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.done or self.steps == 0 or trainer.ckpt_path is not None:
             return
-        if not isinstance(pl_module, FGRPOModule | RolloutConsumer):
-            raise TypeError(f"WarmStartCallback needs a module with `policy` and `tokenizer`, got {type(pl_module)}")
+        check_consumer(pl_module, PolicyHolder, "WarmStartCallback")
+        holder = cast(PolicyHolder, pl_module)
         # Lightning sets `trainer.datamodule` at fit time without declaring it on the class.
         datamodule = getattr(trainer, "datamodule", None)
         records = datamodule.splits.get("train") if isinstance(datamodule, PromptDataModule) else None
         if not records:
             raise ValueError("WarmStartCallback needs a PromptDataModule with a training split (datamodule.splits)")
-        tokenizer = pl_module.tokenizer
+        tokenizer = holder.tokenizer
         examples = []
         for record in records[: self.max_examples]:
             if self.answer_field not in record.columns:
@@ -76,7 +75,7 @@ class WarmStartCallback(L.Callback):
                 trainer.logger.log_metrics({"warm_start/loss": loss}, step=step - self.steps)
 
         supervised_warm_start(
-            pl_module.policy,
+            holder.policy,
             examples,
             self.steps,
             pad,

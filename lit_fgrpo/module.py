@@ -340,6 +340,27 @@ class FGRPOModule(L.LightningModule):
             self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
         return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
 
+    # ------------------------------------------------------------------ RolloutConsumer
+    @property
+    def temperature(self) -> float:
+        """The temperature the training logits are divided by (the sampling temperature it trains with)."""
+        return float(self.hp.temperature)
+
+    @property
+    def pass_at_k_ks(self) -> list[int]:
+        """The k of the logged pass@k."""
+        return list(self.pass_at_k.ks)
+
+    @property
+    def importance_correction(self) -> str:
+        """The train/inference mismatch correction: "none", "token" or "sequence"."""
+        return str(self.hp.importance_correction)
+
+    @property
+    def group_weight(self) -> GroupWeight:
+        """The per-group weight the advantages are multiplied by (alias of :attr:`applied_group_weight`)."""
+        return self.applied_group_weight
+
     @property
     def applied_group_weight(self) -> GroupWeight:
         """The per-group weight the advantages are multiplied by: ``group_weight``, else focal with ``gamma``."""

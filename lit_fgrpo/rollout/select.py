@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from torch import nn
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.decode import supports_own_loop
 
 EngineKind = Literal["auto", "vllm", "hf", "hf_copy"]
+"""The engine kinds: written here once; every check and message reads :data:`ENGINE_KINDS`."""
+ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
 AUTO_VLLM_MIN_PARAMS = 10_000_000
 """Smallest policy (parameters) for which ``engine="auto"`` picks vLLM on a CPU, for models that the HF engine's
 own loop cannot run (see the module docstring)."""
@@ -81,8 +84,8 @@ def build_engine(
         ImportError: ``kind="vllm"`` without vLLM installed.
         ValueError: unknown ``kind``, no EOS id, or vLLM without ``workdir``.
     """
-    if kind not in ("auto", "vllm", "hf", "hf_copy"):
-        raise ValueError(f"engine kind must be 'auto', 'vllm', 'hf' or 'hf_copy', got {kind!r}")
+    if kind not in ENGINE_KINDS:
+        raise ConfigError(f"engine kind must be one of {', '.join(ENGINE_KINDS)}; got {kind!r}")
     eos = eos_token_id if eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         raise ValueError("no EOS token id: pass eos_token_id or a tokenizer that defines one")

@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import pytest
 import torch
 from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
-from lit_fgrpo.objectives import group_advantages, policy_loss
+from lit_fgrpo.objectives import GroupWeight, group_advantages, policy_loss
 from lit_fgrpo.rollout import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.timing import PhaseTimer
 from tests.training.tiny_setup import TINY_MODEL, synthetic_rollout, tiny_module
 
 
@@ -66,10 +68,17 @@ def test_recipe_b_objectives_in_own_training_step() -> None:
 class MyModule(L.LightningModule):
     """Recipe (c): a user's own module behind RolloutCallback (the RolloutConsumer protocol)."""
 
+    # what RolloutCallback reads besides policy and tokenizer (lit_fgrpo.callbacks.RolloutConsumer)
+    temperature = 1.0
+    pass_at_k_ks = [1]
+    importance_correction = "none"
+    group_weight = GroupWeight("focal", gamma=0.5)
+
     def __init__(self) -> None:
         super().__init__()
         donor = tiny_module()
         self.policy, self.tokenizer = donor.policy, donor.tokenizer
+        self.timer = PhaseTimer()  # the callback times generate/reward/sync into it
         self.seen: list[RolloutBatch] = []
 
     @override
@@ -102,3 +111,19 @@ def test_recipe_c_own_module_behind_the_rollout_callback() -> None:
     trainer = L.Trainer(max_steps=2, callbacks=[rollouts], logger=False, enable_checkpointing=False)
     trainer.fit(module, datamodule=MyPrompts())
     assert len(module.seen) == 2 and module.seen[0].rewards.shape == (2, 4)
+    assert module.timer.total(("generate",)) > 0  # the callback timed its generation into the module's timer
+
+
+def test_a_module_missing_consumer_members_is_refused_in_one_line() -> None:
+    class PolicyOnly(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            donor = tiny_module()
+            self.policy, self.tokenizer = donor.policy, donor.tokenizer
+
+    with pytest.raises(TypeError) as caught:
+        RolloutCallback(validate_at_start=False).setup(L.Trainer(logger=False), PolicyOnly(), "fit")
+    message = str(caught.value)
+    assert "\n" not in message and "RolloutConsumer" in message
+    for name in ("group_weight", "importance_correction", "pass_at_k_ks", "temperature", "timer"):
+        assert name in message

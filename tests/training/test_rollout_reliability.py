@@ -13,7 +13,6 @@ from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.batch import PromptBatch
 from tests.training.tiny_setup import tiny_module
 
 
@@ -32,7 +31,7 @@ def test_reward_timeout_reaches_the_scoring_and_is_counted() -> None:
     )
     callback.setup(L.Trainer(accelerator="cpu", logger=False), tiny_module(), "fit")
     record = PromptRecord(prompt="<bos> WALL PATH", prompt_ids=[1, 9, 8], columns={}, index=0)
-    rollout = callback.collect(PromptBatch([record]), callback.train_sampling(), 0)
+    rollout = callback.source.collect([record], callback.settings.train_sampling(), 0, 0)
     assert rollout.stats["reward_timeouts"] == 2.0  # both completions of the one group
     assert rollout.stats["reward_nonfinite"] == 0.0
     assert rollout.rewards.isnan().all()

@@ -1,0 +1,26 @@
+"""The rollout schedules by mode, chosen from the settings in one place."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lit_fgrpo.rollout.asynchronous import AsyncRollouts
+from lit_fgrpo.rollout.dynamic import DynamicRollouts
+from lit_fgrpo.rollout.settings import RolloutSettings
+from lit_fgrpo.rollout.synchronous import SyncRollouts
+
+if TYPE_CHECKING:
+    from lit_fgrpo.rollout.source import Schedule
+
+
+def schedule_for(settings: RolloutSettings) -> Schedule:
+    """Asynchronous with ``max_staleness >= 1``, dynamic with ``dynamic_sampling``, else synchronous (the two
+    are exclusive: :class:`RolloutSettings` refuses both at once)."""
+    if settings.max_staleness > 0:
+        return AsyncRollouts(settings.max_staleness)
+    if settings.dynamic_sampling is not None:
+        return DynamicRollouts(settings.dynamic_sampling)
+    return SyncRollouts()
+
+
+__all__ = ["schedule_for"]
