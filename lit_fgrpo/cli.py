@@ -29,10 +29,13 @@ from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_fgrpo.callbacks.progress_bar import default_progress_bar
+from lit_fgrpo.callbacks.rollout import RolloutCallback
 from lit_fgrpo.cli_errors import config_paths, precheck_config_files, user_error_message
 from lit_fgrpo.data.datamodule import PromptDataModule
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.rollout.settings import RolloutSettings
 
 DEBUG_ENV = "LIT_FGRPO_DEBUG"
 """Set to ``1`` to show full tracebacks for user errors (same as ``--debug``)."""
@@ -43,6 +46,15 @@ class FGRPOCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("model.tokenizer", "data.tokenizer_path")
+        # The rollout settings are a group of their own (`rollout:` in YAML, --rollout.engine ...): an overlay
+        # changes one of them in one line; the RolloutCallback is built from them (instantiate_trainer).
+        parser.add_class_arguments(RolloutSettings, "rollout")
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        callbacks = list(trainer_config.get("callbacks") or [])
+        trainer_config["callbacks"] = with_rollout_callback(callbacks, self._get(self.config_init, "rollout"))
+        return super().instantiate_trainer(**kwargs)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -70,6 +82,24 @@ class FGRPOCLI(LightningCLI):
             init["ckpt_path"] = resolve_resume(
                 ckpt_path, self.trainer, self.config[subcommand].get("model"), self.config[subcommand].get("data")
             )
+
+
+def with_rollout_callback(callbacks: list[Any], settings: RolloutSettings | None) -> list[Any]:
+    """``callbacks`` with the RolloutCallback of the ``rollout:`` settings first (the callbacks that read
+    ``batch.rollout`` run after it). One listed in ``trainer.callbacks`` is used instead when ``rollout:`` is left
+    at its defaults; settings in both places, or two listed, are refused in one line."""
+    listed = [c for c in callbacks if isinstance(c, RolloutCallback)]
+    if len(listed) > 1:
+        raise ConfigError(f"trainer.callbacks lists {len(listed)} RolloutCallbacks; a run has one rollout source")
+    settings = settings if settings is not None else RolloutSettings()
+    if listed:
+        if settings != RolloutSettings():
+            raise ConfigError(
+                "rollout settings are given twice: in `rollout:` and as a RolloutCallback in trainer.callbacks; "
+                "keep the `rollout:` group"
+            )
+        return callbacks
+    return [RolloutCallback(settings), *callbacks]
 
 
 def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> FGRPOCLI:

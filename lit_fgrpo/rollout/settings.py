@@ -102,8 +102,13 @@ class RolloutSettings:
         if self.reward_isolation not in get_args(Isolation):
             raise ConfigError(f"{where}.reward_isolation must be 'thread' or 'process', got {self.reward_isolation!r}")
         names = self.reward_names
-        for name in names + ([self.correctness] if self.correctness else []):
-            resolve_reward(name)  # an unknown name or a path that does not import: one line, now
+        for key, name in [("reward_funcs", n) for n in names] + [("correctness", self.correctness)]:
+            if name is None:
+                continue
+            try:  # an unknown name or a path that does not import: one line, now
+                resolve_reward(name)
+            except (ValueError, ImportError, AttributeError) as err:
+                raise ConfigError(f"{where}.{key}: {err}") from err
         if self.reward_weights is not None and len(self.reward_weights) != len(names):
             raise ConfigError(
                 f"{where}.reward_weights has {len(self.reward_weights)} values for {len(names)} reward_funcs"

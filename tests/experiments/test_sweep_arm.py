@@ -57,12 +57,10 @@ def test_method_arms_carry_the_overlay_settings() -> None:
         assert {k: v for k, v in overlay.items() if k not in ("gamma", "group_weight")} == overrides
         if weight is not None:
             assert dataclasses.asdict(weight) | overlay["group_weight"] == dataclasses.asdict(weight)
-    callbacks = yaml.safe_load((maze / "async.yaml").read_text())["trainer"]["callbacks"]
-    (rollout,) = [c for c in callbacks if c["class_path"].endswith("RolloutCallback")]
-    assert (rollout["init_args"]["engine"], rollout["init_args"]["max_staleness"]) == ("hf_copy", 1)  # as train_arm
-    callbacks = yaml.safe_load((maze / "dynamic.yaml").read_text())["trainer"]["callbacks"]
-    (rollout,) = [c for c in callbacks if c["class_path"].endswith("RolloutCallback")]
-    assert dataclasses.asdict(dynamic.dynamic_sampling()) | rollout["init_args"]["dynamic_sampling"] == (
+    rollout = yaml.safe_load((maze / "async.yaml").read_text())["rollout"]
+    assert (rollout["engine"], rollout["max_staleness"]) == ("hf_copy", 1)  # as train_arm
+    rollout = yaml.safe_load((maze / "dynamic.yaml").read_text())["rollout"]
+    assert dataclasses.asdict(dynamic.dynamic_sampling()) | rollout["dynamic_sampling"] == (
         dataclasses.asdict(dynamic.dynamic_sampling())
     )
     assert Arm.parse("8:0").dynamic_sampling() is None and Arm.parse("8:0").module_overrides() == {}

@@ -31,7 +31,7 @@ def _print_config(stack: list[Path], capsys: pytest.CaptureFixture[str], *extra:
 @pytest.mark.parametrize("stack", STACKS, ids=lambda s: "+".join(p.stem for p in s))
 def test_every_config_parses(stack: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
     printed = _print_config(stack, capsys)
-    assert "gamma:" in printed and "class_path: lit_fgrpo.callbacks.RolloutCallback" in printed
+    assert "gamma:" in printed and "\nrollout:\n  engine:" in printed
     assert "${" not in printed  # omegaconf interpolation was resolved
 
 
@@ -60,7 +60,7 @@ def test_math_overlay_sets_method_and_keeps_base(
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
     # interpolation is resolved after every --config and flag is merged (parser_mode omegaconf+)
-    assert callbacks["RolloutCallback"]["sampling"]["temperature"] == 0.7
+    assert config["rollout"]["sampling"]["temperature"] == 0.7
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_maze_overlay_sets_method_and_keeps_base(
     assert config["model"]["save_pretrained_dir"] == f"outputs/maze_{overlay}/policy"
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/maze_{overlay}/checkpoints"
-    rollout = callbacks["RolloutCallback"]
+    rollout = config["rollout"]
     assert rollout["sampling"]["n"] == 8
     got_dynamic = rollout.get("dynamic_sampling")
     assert (None if got_dynamic is None else {k: got_dynamic[k] for k in dynamic or {}}) == dynamic
@@ -154,3 +154,46 @@ def test_top_level_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str
     for command in ("fit", "validate", "test", "simulate", "maze-sweep"):
         (line,) = [line for line in lines if line.split()[:1] == [command]]
         assert len(line.split()) > 4  # the command and a sentence
+
+
+def test_rollout_settings_compose_as_their_own_group(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    base = CONFIG_DIR / "maze_cpu.yaml"
+    flags = ("--rollout.max_staleness", "1", "--rollout.engine", "hf_copy", "--model.importance_correction", "token")
+    config = yaml.safe_load(_print_config([base], capsys, *flags))
+    assert (config["rollout"]["engine"], config["rollout"]["max_staleness"]) == ("hf_copy", 1)
+    assert config["rollout"]["sampling"]["n"] == 8 and config["rollout"]["val_samples"] == 256  # the base's
+    overlay = yaml.safe_load(_print_config([base, CONFIG_DIR / "maze" / "async.yaml"], capsys))
+    assert {k: overlay["rollout"][k] for k in ("engine", "max_staleness")} == {"engine": "hf_copy", "max_staleness": 1}
+    assert len((CONFIG_DIR / "maze" / "async.yaml").read_text().splitlines()) <= 15
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [("--rollout.max_stalness", "1", "rollout.max_stalness"), ("--rollout.engine", "vlm", "rollout.engine"),
+     ("--rollout.val_samples", "0", "val_samples"), ("--rollout.reward_funcs", "[no_such_reward]", "no_such_reward")],
+)  # fmt: skip
+def test_a_wrong_rollout_setting_is_one_line(
+    flag: str, value: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--config", str(CONFIG_DIR / "maze_tiny.yaml"), flag, value]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in err and len(errors) == 1 and named in errors[0], err
+
+
+def test_two_rollout_sources_are_refused() -> None:
+    from lit_fgrpo.callbacks import RolloutCallback
+    from lit_fgrpo.cli import with_rollout_callback
+    from lit_fgrpo.errors import ConfigError
+    from lit_fgrpo.rollout.settings import RolloutSettings
+
+    listed = RolloutCallback(engine="hf_copy")
+    assert with_rollout_callback([listed], None) == [listed]  # a listed one is used when `rollout:` is default
+    (built,) = with_rollout_callback([], RolloutSettings(max_staleness=0, val_samples=8))
+    assert isinstance(built, RolloutCallback) and built.settings.val_samples == 8
+    with pytest.raises(ConfigError, match="given twice"):
+        with_rollout_callback([listed], RolloutSettings(val_samples=8))
+    with pytest.raises(ConfigError, match="2 RolloutCallbacks"):
+        with_rollout_callback([listed, RolloutCallback()], None)
