@@ -65,14 +65,13 @@ def worker_config(out: Path, devices: int, steps: int, warm_steps: int) -> dict[
         name = callback["class_path"].rsplit(".", 1)[-1]
         if name == "WarmStartCallback":
             callback["init_args"]["steps"] = warm_steps
-        elif name == "RolloutCallback":
-            callback["init_args"] |= {"validate_at_start": False, "log_samples_every": 0}
-            callback["init_args"]["sampling"]["temperature"] = settings["model"].get("temperature", 1.0)
         else:
             continue  # no checkpoints
         callbacks.append(callback)
     callbacks.append({"class_path": "bench_ddp.StepClock", "init_args": {"out": str(out)}})
     trainer["callbacks"] = callbacks
+    settings["rollout"] |= {"validate_at_start": False, "log_samples_every": 0}
+    settings["rollout"]["sampling"]["temperature"] = settings["model"].get("temperature", 1.0)
     # skip_zero_advantage stays on (the default): the module pads ranks to equal numbers of backwards under DDP.
     settings["model"] |= {"save_pretrained_dir": None}
     return settings

@@ -1,15 +1,11 @@
 """``RolloutCallback``: the Lightning glue of a :class:`~lit_fgrpo.rollout.source.RolloutSource`.
 
 Each hook turns the trainer's state into one call on the source, which owns the engine, its weight pushes, the
-collector and the mode's schedule (synchronous, dynamic sampling, asynchronous): ``on_train_batch_start`` attaches
-``source.take(...)``'s rollout to the :class:`~lit_fgrpo.rollout.batch.PromptBatch` that ``training_step`` receives
-(``batch.rollout``), ``on_train_batch_end`` calls ``source.after_step``, validation and test batches get
-``source.evaluation(...)``. The module is read through :class:`RolloutConsumer` only. Settings:
-:class:`~lit_fgrpo.rollout.settings.RolloutSettings` (``--rollout.*`` on the command line).
-
-Engine life cycle. The policy is built in the module's ``configure_model``, so the engine is built at the first
-stage start. A warm start or a restored checkpoint changes the weights afterwards, so every stage marks the engine
-stale and the first rollout pushes and checks the weights before it samples.
+collector and the mode's schedule (synchronous, dynamic sampling, asynchronous). The rollout is attached to the
+:class:`~lit_fgrpo.rollout.batch.PromptBatch` that ``training_step`` receives (``batch.rollout``); the module is
+read through :class:`RolloutConsumer` only. Settings: :class:`~lit_fgrpo.rollout.settings.RolloutSettings`.
+The engine is built at the first stage start (after ``configure_model``) and marked stale at every stage start and
+restore, so the first rollout pushes the (warm-started or restored) weights before it samples.
 """
 
 from __future__ import annotations
@@ -17,15 +13,14 @@ from __future__ import annotations
 from typing import Any, cast
 
 import lightning as L
-from lightning.pytorch.utilities.model_helpers import is_overridden
 from typing_extensions import override
 
 from lit_fgrpo.rollout.asynchronous import AsyncRolloutDriver, AsyncRollouts
-from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.batch import PromptBatch
 from lit_fgrpo.rollout.consumer import RolloutConsumer, check_consumer
 from lit_fgrpo.rollout.settings import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, RolloutSettings
-from lit_fgrpo.rollout.source import RolloutSource, StepContext
+from lit_fgrpo.rollout.source import RolloutSource, StepContext, validation_batches
 
 
 class RolloutCallback(L.Callback):
@@ -37,16 +32,12 @@ class RolloutCallback(L.Callback):
     """
 
     def __init__(self, settings: RolloutSettings | None = None, **overrides: Any) -> None:
-        self.settings = settings_with(settings, overrides)
+        self.settings = RolloutSettings.with_overrides(settings, overrides)
         self.source = RolloutSource(self.settings)
         self.start_pass_at_k: dict[str, float] = {}
         """Held-out pass@k before the first RL step (``validate_at_start``); reported by ``PassAtKReport``."""
 
     # ------------------------------------------------------------------ what other code reads
-    @property
-    def sampling(self) -> SamplingConfig:
-        return self.settings.sampling
-
     @property
     def engine(self) -> RolloutEngine | None:
         """The generation engine (None before the first stage start and after teardown)."""
@@ -86,18 +77,16 @@ class RolloutCallback(L.Callback):
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.source.build()
-        if trainer.state.fn != "fit":  # validate(ckpt_path=...) restores after setup
-            self.source.engine_sync.stale = True
+        self.source.build()  # validate(ckpt_path=...) and test(ckpt_path=...) restore after setup: stale then
+        self.source.engine_sync.stale |= trainer.state.fn != "fit"
 
     @override
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.source.build()
-        self.source.engine_sync.stale = True  # test(ckpt_path=...) restores after setup
+        self.on_validation_start(trainer, pl_module)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        batches = val_batches(trainer)
+        batches = validation_batches(datamodule_of(trainer))
         if self.source.engine_sync.stale:
             # Push now so that the start-of-run validation samples from the trained-from policy (warm-started or
             # restored); probed on a validation prompt when there is one.
@@ -130,14 +119,14 @@ class RolloutCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
-        batch.rollout = self.source.evaluation(batch, trainer.global_step, VAL_STREAM, trainer.state.fn == "fit")
+        stream = TEST_STREAM if trainer.testing else VAL_STREAM
+        batch.rollout = self.source.evaluation(batch, trainer.global_step, stream, trainer.state.fn == "fit")
 
     @override
     def on_test_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
-        batch.rollout = self.source.evaluation(batch, trainer.global_step, TEST_STREAM, trainer.state.fn == "fit")
+        self.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
 
     # ------------------------------------------------------------------ checkpoint state
     @override
@@ -152,32 +141,9 @@ class RolloutCallback(L.Callback):
         self.source.load_state_dict(state_dict)
 
 
-def settings_with(settings: RolloutSettings | None, overrides: dict[str, Any]) -> RolloutSettings:
-    """``settings`` (or the defaults) with single settings replaced; an unknown name is one line listing the known."""
-    unknown = sorted(set(overrides) - set(RolloutSettings.names()))
-    if unknown:
-        from lit_fgrpo.errors import ConfigError
-
-        raise ConfigError(
-            f"RolloutCallback has no setting {', '.join(unknown)}; known: {', '.join(RolloutSettings.names())}"
-        )
-    if settings is None:
-        return RolloutSettings(**overrides)
-    return RolloutSettings(**({f: getattr(settings, f) for f in RolloutSettings.names()} | overrides))
-
-
 def datamodule_of(trainer: L.Trainer) -> Any:
     """The trainer's data module, or None (Lightning sets ``trainer.datamodule`` without declaring it)."""
     return getattr(trainer, "datamodule", None)
-
-
-def val_batches(trainer: L.Trainer) -> list[Any]:
-    """The data module's validation batches (lists of records), or [] without one (read from ``val_dataloader()``
-    directly: at ``on_train_start`` Lightning has not built its own loader yet)."""
-    datamodule = datamodule_of(trainer)
-    if datamodule is None or not is_overridden("val_dataloader", datamodule):
-        return []
-    return list(datamodule.val_dataloader())
 
 
 __all__ = ["TEST_STREAM", "TRAIN_STREAM", "VAL_STREAM", "RolloutCallback", "RolloutConsumer", "RolloutSettings"]

@@ -159,9 +159,9 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
     trainer_cfg = cfg["trainer"]
     trainer_cfg.update(max_steps=max_steps, val_check_interval=2, log_every_n_steps=1, enable_progress_bar=False)
     by_name = {cb["class_path"].rsplit(".", 1)[-1]: cb for cb in trainer_cfg["callbacks"]}
-    warm, rollout, checkpoint = by_name["WarmStartCallback"], by_name["RolloutCallback"], by_name["ModelCheckpoint"]
+    warm, rollout, checkpoint = by_name["WarmStartCallback"], cfg["rollout"], by_name["ModelCheckpoint"]
     warm["init_args"].update(steps=30, lr=3e-3)
-    rollout["init_args"].update(
+    rollout.update(
         engine="vllm",
         engine_kwargs={"max_model_len": 160},
         reward_funcs=["maze", f"{__name__}:brevity_reward"],
@@ -169,7 +169,7 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
         sync_tolerance=SYNC_TOLERANCE,
         log_samples_every=0,
     )
-    rollout["init_args"]["sampling"]["n"] = 4
+    rollout["sampling"]["n"] = 4
     checkpoint["init_args"].update(dirpath=str(tmp / "checkpoints"), every_n_train_steps=2)
     cfg["model"]["model_config"].update(
         hidden_size=64, num_attention_heads=2, num_key_value_heads=2, intermediate_size=128

@@ -171,6 +171,16 @@ class RolloutSettings:
         """Every setting's name."""
         return [f.name for f in dataclasses.fields(cls)]
 
+    @classmethod
+    def with_overrides(cls, settings: RolloutSettings | None, overrides: dict[str, Any]) -> RolloutSettings:
+        """``settings`` (or the defaults) with single settings replaced; an unknown name is one line listing all."""
+        unknown = sorted(set(overrides) - set(cls.names()))
+        if unknown:
+            raise ConfigError(f"RolloutCallback has no setting {', '.join(unknown)}; known: {', '.join(cls.names())}")
+        if settings is None:
+            return cls(**overrides)
+        return cls(**({name: getattr(settings, name) for name in cls.names()} | overrides))
+
 
 def check_async_settings(max_staleness: int, sync_every: int, importance_correction: str | None) -> None:
     """Refuse settings that asynchronous rollouts cannot honour, naming the flag.

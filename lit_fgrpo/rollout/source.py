@@ -217,4 +217,14 @@ class RolloutSource:
         self.schedule.load_state_dict(state)
 
 
-__all__ = ["LogFn", "RolloutSource", "Schedule", "StepContext"]
+def validation_batches(datamodule: Any) -> list[Any]:
+    """The data module's validation batches (lists of records), or [] without any (read from ``val_dataloader()``
+    directly: when a fit starts Lightning has not built its own loader yet)."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    if datamodule is None or not is_overridden("val_dataloader", datamodule):
+        return []
+    return list(datamodule.val_dataloader())
+
+
+__all__ = ["LogFn", "RolloutSource", "Schedule", "StepContext", "validation_batches"]

@@ -44,28 +44,25 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
                     "class_path": "lit_fgrpo.callbacks.WarmStartCallback",
                     "init_args": {"steps": 20, "batch_size": 64, "lr": 1.0e-3},
                 },
-                {
-                    "class_path": "lit_fgrpo.callbacks.RolloutCallback",
-                    "init_args": {
-                        "engine": "hf",
-                        "sampling": {"n": 8, "temperature": 1.0, "max_tokens": 16, "stop_token_ids": [7]},
-                        "val_samples": 8,
-                        # the dense word-count term makes most groups active from the start, so that the ranks'
-                        # gradients differ and the all-reduce is really tested
-                        "reward_funcs": ["maze", "tests.training.tiny_setup:word_count_reward"],
-                        # a verdict that a barely trained policy meets sometimes: pass@k and the focal weights are
-                        # then not trivially 0 and 1 in the comparisons
-                        "correctness": "tests.training.tiny_setup:word_count_reward",
-                        "sync_every": 1,
-                        "log_samples_every": 0,
-                        "validate_at_start": False,
-                        "seed": 0,
-                    },
-                },
                 # never reached here; its running total is logged, and must be the global one on every rank
                 {"class_path": "lit_fgrpo.callbacks.GeneratedTokenBudget", "init_args": {"max_tokens": 10**9}},
                 {"class_path": "tests.distributed.workers.maze_run.RecordPrompts", "init_args": {"out": str(out)}},
             ],
+        },
+        "rollout": {
+            "engine": "hf",
+            "sampling": {"n": 8, "temperature": 1.0, "max_tokens": 16, "stop_token_ids": [7]},
+            "val_samples": 8,
+            # the dense word-count term makes most groups active from the start, so that the ranks'
+            # gradients differ and the all-reduce is really tested
+            "reward_funcs": ["maze", "tests.training.tiny_setup:word_count_reward"],
+            # a verdict that a barely trained policy meets sometimes: pass@k and the focal weights are
+            # then not trivially 0 and 1 in the comparisons
+            "correctness": "tests.training.tiny_setup:word_count_reward",
+            "sync_every": 1,
+            "log_samples_every": 0,
+            "validate_at_start": False,
+            "seed": 0,
         },
         "model": {
             "model_config": dict(MAZE_TINY_MODEL),
@@ -227,17 +224,17 @@ def main() -> None:
         dynamic = {"max_rounds": 6, "oversample": 1.5}
         if args.dynamic_short_error:
             dynamic = {"max_rounds": 1, "oversample": 1.0, "on_short": "error"}
-        callbacks[1]["init_args"] |= {"reward_funcs": [half], "correctness": half, "dynamic_sampling": dynamic}
+        settings["rollout"] |= {"reward_funcs": [half], "correctness": half, "dynamic_sampling": dynamic}
     if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
         flat = "tests.distributed.workers.maze_run:flat_reward"
-        callbacks[1]["init_args"] |= {"reward_funcs": [flat], "correctness": flat}
+        settings["rollout"] |= {"reward_funcs": [flat], "correctness": flat}
     if args.fail_rank is not None and args.fail_rank == this_rank(args.devices):
         if args.fail_kind == "rollout":
             install_rollout_crash(args.fail_rank, fail_step=1)
         elif args.fail_kind == "sync":
             # this rank's engine "disagrees" with the policy; hf_copy has weights of its own, so the check runs (the
             # plain HF engine samples with the policy itself and skips the probe)
-            callbacks[1]["init_args"] |= {"sync_tolerance": -1.0, "engine": "hf_copy"}
+            settings["rollout"] |= {"sync_tolerance": -1.0, "engine": "hf_copy"}
         else:
             poison = {"rank": args.fail_rank, "step": 1}
             callbacks.append({"class_path": "tests.distributed.workers.maze_run.PoisonWeights", "init_args": poison})

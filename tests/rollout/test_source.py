@@ -1,0 +1,136 @@
+"""``RolloutSource`` on its own, per mode: no Trainer, the HF engines and the tiny policy.
+
+References: the synchronous take equals the collector called directly with the same seeds; dynamic sampling keeps
+only informative groups and consumes the draw cursor; asynchronous rollouts hand over every batch once, at
+staleness min(i, k), and resume from their state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lit_fgrpo.data import PromptRecord
+from lit_fgrpo.objectives import GroupWeight
+from lit_fgrpo.rollout import PromptBatch, SamplingConfig
+from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+from lit_fgrpo.rollout.settings import TRAIN_STREAM, RolloutSettings
+from lit_fgrpo.rollout.source import RolloutSource, StepContext
+from lit_fgrpo.timing import PhaseTimer
+from tests.training.tiny_setup import tiny_module
+
+REWARD = "tests.training.tiny_setup:word_count_reward"
+
+
+@dataclass
+class Consumer:
+    """The RolloutConsumer protocol as a plain object (no LightningModule)."""
+
+    policy: nn.Module
+    tokenizer: Any
+    temperature: float = 1.0
+    pass_at_k_ks: list[int] = field(default_factory=lambda: [1])
+    group_weight: GroupWeight = field(default_factory=lambda: GroupWeight("focal", gamma=0.5))
+    importance_correction: str = "token"
+    timer: PhaseTimer = field(default_factory=PhaseTimer)
+
+
+def consumer() -> Consumer:
+    module = tiny_module()
+    return Consumer(module.policy, module.tokenizer)
+
+
+def record(position: int) -> PromptRecord:
+    ids = [1, 9 + position % 5, 8, 8 + position % 3]
+    return PromptRecord(prompt="<bos> WALL PATH", prompt_ids=ids, columns={}, index=position, position=position)
+
+
+class Stream:
+    """A data module's two access paths: batches by index (async) and a draw cursor (dynamic sampling)."""
+
+    def __init__(self, per_batch: int = 4) -> None:
+        self.per_batch, self.drawn, self.train_position = per_batch, 0, 0
+
+    def train_batch(self, index: int) -> list[PromptRecord]:
+        return [record(index * self.per_batch + i) for i in range(self.per_batch)]
+
+    def draw_prompts(self, count: int) -> list[PromptRecord]:
+        out = [record(1000 + self.drawn + i) for i in range(count)]
+        self.drawn += count
+        return out
+
+
+def source(**settings: Any) -> tuple[RolloutSource, Consumer]:
+    base: dict[str, Any] = {"sampling": SamplingConfig(n=4, max_tokens=6), "reward_funcs": [REWARD]}
+    made = RolloutSource(RolloutSettings(**(base | settings)))
+    user = consumer()
+    made.bind(user)
+    return made, user
+
+
+def test_synchronous_take_is_the_collector_with_the_step_seeds_and_pushes_every_sync_every() -> None:
+    made, _ = source(engine="hf_copy", sync_every=2)
+    made.start(None)
+    batch = PromptBatch([record(p) for p in range(3)])
+    rollout, stats = made.take(batch, StepContext(step=5, world_size=1, data=None))
+    assert stats == {} and made.engine_sync.last_sync_step == 5  # stale at start: pushed first
+    reference = made.build().collect(batch.records, made.settings.train_sampling(), step=5, stream=TRAIN_STREAM)
+    assert rollout.completion_ids == reference.completion_ids
+    torch.testing.assert_close(rollout.rewards, reference.rewards, rtol=0, atol=0, equal_nan=True)
+    made.after_step(6)  # one optimizer step since the push at 5: sync_every=2 waits
+    assert made.engine_sync.last_sync_step == 5
+    made.after_step(7)
+    assert made.engine_sync.last_sync_step == 7
+    state = made.state_dict()
+    made.close()
+    again, _ = source(engine="hf_copy", sync_every=2)
+    again.load_state_dict(state)
+    assert again.engine_sync.last_sync_step == 7 and again.engine_sync.stale  # pushes before its first rollout
+
+
+def test_dynamic_sampling_keeps_informative_groups_drawn_from_the_cursor() -> None:
+    made, _ = source(dynamic_sampling=DynamicSampling(max_rounds=3, oversample=2.0))
+    data = Stream()
+    made.start(data)
+    rollout, _ = made.take(PromptBatch([record(p) for p in range(4)]), StepContext(step=0, world_size=1, data=data))
+    assert data.drawn >= 4  # the loader's batch only paces the step: its prompts are not the ones trained on
+    spread = rollout.rewards.view(rollout.num_prompts, rollout.group_size)  # (P, G)
+    assert rollout.num_prompts <= 4
+    assert bool(((spread.max(dim=1).values - spread.min(dim=1).values) > 0).all())  # every kept group is mixed
+
+
+def test_dynamic_sampling_refuses_a_data_module_without_a_cursor() -> None:
+    made, _ = source(dynamic_sampling=DynamicSampling())
+    with pytest.raises(ValueError, match="draw_prompts"):
+        made.start(object())
+
+
+def test_asynchronous_rollouts_hand_over_each_batch_once_at_bounded_staleness() -> None:
+    made, _ = source(engine="hf_copy", max_staleness=1)
+    data = Stream()
+    made.start(data)
+    staleness, positions = [], []
+    for step in range(4):
+        data.train_position = step + 1  # the data module counts a batch when it reaches the training step
+        batch = PromptBatch(data.train_batch(step))
+        rollout, stats = made.take(batch, StepContext(step=step, world_size=1, data=data))
+        assert rollout.num_prompts == 4 and "rollout/staleness_max" in stats
+        last = made.schedule.last  # type: ignore[attr-defined]
+        staleness.append(last.staleness)
+        positions.append([r.position for r in batch.records])
+        made.after_step(step + 1)
+    made.close()
+    assert staleness == [0, 1, 1, 1]
+    assert positions == [[4 * i + j for j in range(4)] for i in range(4)]
+
+
+def test_a_consumer_whose_settings_do_not_fit_is_refused() -> None:
+    settings = RolloutSettings(engine="hf_copy", max_staleness=1, reward_funcs=[REWARD], val_samples=4)
+    with pytest.raises(ValueError, match="importance_correction"):
+        settings.check_consumer(Consumer(nn.Linear(1, 1), None, importance_correction="none"))
+    with pytest.raises(ValueError, match="val_samples=4 is fewer than the largest pass@k k=8"):
+        settings.check_consumer(Consumer(nn.Linear(1, 1), None, pass_at_k_ks=[1, 8]))
