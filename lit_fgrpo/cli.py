@@ -20,6 +20,7 @@ and data settings win over the checkpoint's; see :mod:`lit_fgrpo.checkpointing`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
@@ -29,7 +30,7 @@ from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_fgrpo.callbacks.progress_bar import default_progress_bar
-from lit_fgrpo.cli_errors import config_paths, precheck_config_files, user_error_message
+from lit_fgrpo.cli_errors import config_paths, precheck_config_files, subcommand_error, user_error_message
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
 from lit_fgrpo.module import FGRPOModule
@@ -130,6 +131,28 @@ def _run_fit_cli(words: list[str], debug: bool, from_argv: bool) -> int:
     return 0
 
 
+SUBCOMMAND_MODULES = {
+    "simulate": "lit_fgrpo.theory.simulate_cli",
+    "maze-sweep": "lit_fgrpo.experiments.maze_sweep",
+    "maze-report": "lit_fgrpo.experiments.evidence_report",
+    "maze-compare": "lit_fgrpo.experiments.methods_report",
+}
+"""The commands besides LightningCLI's; each module has ``main(argv) -> int``."""
+
+
+def _run_subcommand(name: str, words: list[str], debug: bool) -> int:
+    # Their parsers raise (exit_on_error=False) so that a bad flag, like a bad file, is one line here.
+    module = importlib.import_module(SUBCOMMAND_MODULES[name])
+    try:
+        return int(module.main(words))
+    except Exception as err:
+        message = None if debug else user_error_message(err)
+        if message is None:
+            raise
+        print(subcommand_error(name, err), file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``lit-fgrpo``: 0 on success, 2 on a user mistake (one ``error:`` line)."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -138,22 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if not words or words[0] in ("-h", "--help"):
         print_commands()
         return 0
-    if words and words[0] == "simulate":
-        from lit_fgrpo.theory.simulate_cli import main as simulate_main
-
-        return simulate_main(words[1:])
-    if words and words[0] == "maze-sweep":
-        from lit_fgrpo.experiments.maze_sweep import main as sweep_main
-
-        return sweep_main(words[1:])
-    if words and words[0] == "maze-report":
-        from lit_fgrpo.experiments.evidence_report import main as report_main
-
-        return report_main(words[1:])
-    if words and words[0] == "maze-compare":
-        from lit_fgrpo.experiments.methods_report import main as compare_main
-
-        return compare_main(words[1:])
+    if words[0] in SUBCOMMAND_MODULES:
+        return _run_subcommand(words[0], words[1:], debug)
     if argv is None:
         sys.argv[1:] = words  # LightningCLI warns when args and sys.argv both carry arguments
     return _run_fit_cli(words, debug, from_argv=argv is None)

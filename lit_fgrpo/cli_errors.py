@@ -56,7 +56,7 @@ def precheck_config_files(words: Sequence[str]) -> None:
             line_number = path.read_bytes()[: err.start].count(b"\n") + 1
             raise ConfigError(f"{name}:{line_number}: not UTF-8 text (byte 0x{err.object[err.start]:02x})") from None
         try:
-            yaml.safe_load(text)
+            data = yaml.safe_load(text)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
             at = f":{mark.line + 1}" if mark is not None else ""
@@ -64,6 +64,11 @@ def precheck_config_files(words: Sequence[str]) -> None:
             raise ConfigError(f"{name}{at}: YAML syntax error: {problem}") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"{name}: YAML error: {_one_line(str(err))}") from None
+        if data is not None and not isinstance(data, dict):
+            # jsonargparse would report "Expected a dict" without the file, or take a list as one flag's value.
+            raise ConfigError(
+                f"{name}: the top level must be a mapping of settings (like trainer:, model:), got a {type(data).__name__}"
+            )
 
 
 def _one_line(text: str) -> str:
@@ -203,3 +208,10 @@ def user_error_message(err: BaseException, config_files: Sequence[str] = ()) -> 
             text = f"error: {_one_line(as_flag(message))}"
             return text + (f"\nhint: {_one_line(hint)}" if hint else "")
     return None
+
+
+def subcommand_error(name: str, err: BaseException) -> str:
+    """``"lit-fgrpo <name>: error: ..."`` (plus its hint line) for an error a subcommand reports itself."""
+    message = user_error_message(err) or f"error: {_one_line(str(err))}"
+    message = message.replace("`lit-fgrpo fit --help`", f"`lit-fgrpo {name} --help`")
+    return f"lit-fgrpo {name}: {message}"
