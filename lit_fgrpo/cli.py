@@ -46,7 +46,10 @@ class FGRPOCLI(LightningCLI):
         parser.link_arguments("model.tokenizer", "data.tokenizer_path")
 
     def before_instantiate_classes(self) -> None:
+        from lit_fgrpo.config_checks import check_fit_config
+
         config = self.config[self.subcommand] if self.subcommand else self.config
+        check_fit_config(config)  # mistakes across settings, before anything is built
         bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
         self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
 
