@@ -30,8 +30,15 @@ from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_fgrpo.callbacks.progress_bar import default_progress_bar
-from lit_fgrpo.cli_errors import config_paths, precheck_config_files, subcommand_error, user_error_message
+from lit_fgrpo.cli_errors import (
+    config_paths,
+    precheck_config_files,
+    subcommand_error,
+    trainer_error_message,
+    user_error_message,
+)
 from lit_fgrpo.data.datamodule import PromptDataModule
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
 from lit_fgrpo.module import FGRPOModule
 
@@ -52,6 +59,14 @@ class FGRPOCLI(LightningCLI):
         check_fit_config(config)  # mistakes across settings, before anything is built
         bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
         self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        # Lightning checks devices/accelerator/strategy in Trainer.__init__ with plain TypeError/ValueError that name
+        # the setting in backticks; they are user mistakes, reported as --trainer.<setting>.
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(trainer_error_message(err)) from err
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI replaces the model's config by the checkpoint's hparams for a file, not for "last": we never

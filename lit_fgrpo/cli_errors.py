@@ -98,6 +98,25 @@ def _argument_error(err: BaseException) -> tuple[str, str | None]:
     return found.render(), _HELP_HINT
 
 
+def trainer_error_message(err: BaseException) -> str:
+    """``"--trainer.devices: `devices` selected with `CPUAccelerator` should be an int > 0."`` from Lightning's text."""
+    text = str(err)
+    named = re.search(r"`(\w+)(?:=[^`]*)?`", text)
+    key = f"--trainer.{named.group(1)}" if named else "--trainer"
+    return f"{key}: {text}"
+
+
+def _model_type_error(err: BaseException) -> tuple[str, str | None] | None:
+    # transformers' AutoConfig refuses an unknown model_type with a 2,000-character list; the user wrote one key.
+    match = re.match(r"Unrecognized model identifier: (\S+?)\.", str(err)) if type(err) is ValueError else None
+    if match is None:
+        return None
+    return (
+        f"--model.model_config: model_type {match.group(1)!r} is not a transformers model type",
+        "use one transformers knows, e.g. 'llama' or 'qwen2'",
+    )
+
+
 def _init_value_error(err: BaseException) -> tuple[str, str | None] | None:
     # A ValueError raised by a class's own __init__ check while jsonargparse builds it (a callback's sampling.n, an
     # unknown reward name) arrives wrapped in the Union text; inside it is the check's message.
@@ -162,7 +181,7 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
         return str(err), err.hint
     if isinstance(err, argparse.ArgumentError):
         return _argument_error(err)
-    wrapped = _init_value_error(err)
+    wrapped = _init_value_error(err) or _model_type_error(err)
     if wrapped is not None:
         return wrapped
     module = type(err).__module__
