@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from safetensors.torch import load_file
 
-from lit_fgrpo.callbacks import PassAtKReport
+from lit_fgrpo.callbacks import FocalFigureCallback, PassAtKReport
 from lit_fgrpo.checkpointing import AtomicCheckpointIO
 from tests.training.tiny_setup import MemoryLogger, maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
@@ -26,20 +26,36 @@ def fit(folder: Path, steps: int, val_every: int, ckpt_path: str | None = None) 
     """A tiny F-GRPO run of ``steps`` steps, a checkpoint every step, validation every ``val_every`` steps, export."""
     logger = MemoryLogger()
     checkpoint = ModelCheckpoint(dirpath=folder / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
-    callbacks: list[Any] = [word_count_rollouts(validate_at_start=True), PassAtKReport(), checkpoint]
+    callbacks: list[Any] = [
+        word_count_rollouts(validate_at_start=True),
+        PassAtKReport(),
+        FocalFigureCallback(),
+        checkpoint,
+    ]
     trainer = quiet_trainer(
         steps, callbacks, logger=logger, limit_val_batches=None, val_check_interval=val_every,
         check_val_every_n_epoch=None, plugins=[AtomicCheckpointIO()],
     )  # fmt: skip
     module = tiny_module(val_pass_at_k=[1, 4], save_pretrained_dir=str(folder / "policy"))
     trainer.fit(module, maze_data(), ckpt_path=ckpt_path)
+    focal = callbacks[2]
+    logger.rows.append(
+        (
+            -1,
+            {f"focal/step{s}/{i}": float(v) for s, r in zip(focal.steps, focal.success_rates) for i, v in enumerate(r)},
+        )
+    )
     return logger
 
 
 def ending(logger: MemoryLogger, steps: int) -> dict[str, list[tuple[int, float]]]:
-    """Every ``final/*`` point and the ``val/*`` points of the last step (Lightning logs them at ``steps - 1``)."""
-    keys = {key for _, metrics in logger.rows for key in metrics if key.startswith(("final/", "val/"))}
-    points = {key: [p for p in logger.points(key) if key.startswith("final/") or p[0] >= steps - 1] for key in keys}
+    """Every ``final/*`` point, the ``val/*`` points of the last step (Lightning logs them at ``steps - 1``) and the
+    focal figure's per-step success rates (``focal/*``, recorded by :func:`fit`)."""
+    keys = {key for _, metrics in logger.rows for key in metrics if key.startswith(("final/", "val/", "focal/"))}
+    points = {
+        key: [p for p in logger.points(key) if key.startswith(("final/", "focal/")) or p[0] >= steps - 1]
+        for key in keys
+    }
     return {key: value for key, value in sorted(points.items()) if value}
 
 
