@@ -49,6 +49,8 @@ class FocalFigureCallback(L.Callback):
     """
 
     def __init__(self, artifact_file: str = "figures/focal.png", bins: int = 10) -> None:
+        if bins < 1:
+            raise ValueError(f"FocalFigureCallback.bins must be >= 1, got {bins}")
         self.artifact_file, self.bins = artifact_file, bins
         self.group_size = 1
         self.steps: list[int] = []

@@ -11,6 +11,7 @@ followed by where the figure went. Rank 0 only.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -19,6 +20,7 @@ from typing_extensions import override
 from lit_fgrpo.callbacks.rollout import RolloutCallback
 from lit_fgrpo.reporting.artifacts import log_figure
 from lit_fgrpo.reporting.pass_at_k_figure import pass_at_k_figure, pass_at_k_from_metrics
+from lit_fgrpo.reporting.run_ending import final_validation_due, resumed_at_end, run_final_validation
 
 PREFIX = "val/pass_at_"
 """The metrics this callback reads (logged by the module's ``on_validation_epoch_end``)."""
@@ -43,6 +45,7 @@ class PassAtKReport(L.Callback):
         self.artifact_file = artifact_file
         self.after: dict[str, float] = {}
         self.figure_location: str | None = None
+        self._validated = False
         """Where the last figure went (``runs:/<id>/figures/pass_at_k.png`` or a file path), None if nowhere."""
 
     @override
@@ -57,9 +60,26 @@ class PassAtKReport(L.Callback):
         }
         if values:
             self.after = values
+            self._validated = True
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._validated = False
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        # The last validation's values: a run resumed after it (and at its end) reports them as an uninterrupted one.
+        return {"after": dict(self.after)}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.after = dict(state_dict.get("after", {}))
 
     @override
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Resumed from a checkpoint at the last step: the killed process never ran the validation after it.
+        if not self._validated and resumed_at_end(trainer) and final_validation_due(trainer):
+            run_final_validation(trainer)
         before: dict[str, float] = {}
         for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning, undeclared
             if isinstance(callback, RolloutCallback):

@@ -42,6 +42,8 @@ class RLProgressBar(TQDMProgressBar):
     """
 
     def __init__(self, refresh_rate: int = 1, leave: bool = False, mode: Mode = "auto", every_s: float = 30.0) -> None:
+        if refresh_rate < 0 or not every_s > 0:
+            raise ValueError(f"RLProgressBar needs refresh_rate >= 0 and every_s > 0, got {refresh_rate}, {every_s}")
         super().__init__(refresh_rate=refresh_rate, leave=leave)
         self.mode, self.every_s = mode, every_s
         self._lines: ProgressReporter | None = None

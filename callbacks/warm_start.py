@@ -7,6 +7,7 @@ training records (``answer`` column), logs ``warm_start/loss`` and skips itself 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, cast
 
 import lightning as L
@@ -44,6 +45,8 @@ class WarmStartCallback(L.Callback):
             raise ValueError(f"WarmStartCallback.steps must be >= 0, got {steps}")
         if batch_size < 1:
             raise ValueError(f"WarmStartCallback.batch_size must be >= 1, got {batch_size}")
+        if not (math.isfinite(lr) and lr > 0):  # torch would only say "Invalid learning rate" once training starts
+            raise ValueError(f"WarmStartCallback.lr must be finite and > 0, got {lr}")
         self.steps, self.batch_size, self.lr, self.schedule = steps, batch_size, lr, schedule
         self.answer_field, self.append_eos, self.max_examples = answer_field, append_eos, max_examples
         self.done = False

@@ -24,6 +24,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lit_fgrpo.errors import CheckpointError
+from lit_fgrpo.notices import notice
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def newest_readable(folders: list[Path]) -> tuple[Path, dict[str, Any]] | None:
         try:
             return path, load_checkpoint_checked(path)
         except CheckpointError as err:
-            log.warning("skipping an unreadable checkpoint: %s", err)
+            notice(log, "skipping an unreadable checkpoint: %s", err)
     return None
 
 
@@ -180,7 +181,7 @@ def resolve_resume(ckpt_path: str, trainer: Any, model_config: Any = None, data_
             if any(folder.is_dir() and any(folder.glob("*.ckpt")) for folder in folders):
                 names = ", ".join(str(f) for f in folders)
                 raise CheckpointError(f"--ckpt_path last: no readable checkpoint in {names}")
-            log.warning("--ckpt_path last: no checkpoint in %s yet; starting from scratch", [str(f) for f in folders])
+            notice(log, "--ckpt_path last: no checkpoint in %s yet; starting from scratch", [str(f) for f in folders])
             return None
         path, checkpoint = found
     else:
@@ -192,5 +193,5 @@ def resolve_resume(ckpt_path: str, trainer: Any, model_config: Any = None, data_
     if data_config is not None:
         differences += compare_settings(checkpoint.get("datamodule_hyper_parameters", {}), data_config, "data", path)
     if differences:
-        log.warning("resuming %s: the config's value wins for %s", path, "; ".join(differences))
+        notice(log, "resuming %s: the config's value wins for %s", path, "; ".join(differences))
     return str(path)

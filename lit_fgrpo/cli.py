@@ -20,6 +20,7 @@ and data settings win over the checkpoint's; see :mod:`lit_fgrpo.checkpointing`.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
@@ -30,7 +31,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_fgrpo.callbacks.progress_bar import default_progress_bar
 from lit_fgrpo.callbacks.rollout import RolloutCallback
-from lit_fgrpo.cli_errors import config_paths, precheck_config_files, user_error_message
+from lit_fgrpo.cli_errors import (
+    config_paths,
+    precheck_config_files,
+    subcommand_error,
+    trainer_error_message,
+    user_error_message,
+)
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
@@ -50,16 +57,25 @@ class FGRPOCLI(LightningCLI):
         # changes one of them in one line; the RolloutCallback is built from them (instantiate_trainer).
         parser.add_class_arguments(RolloutSettings, "rollout")
 
+    def before_instantiate_classes(self) -> None:
+        from lit_fgrpo.config_checks import check_fit_config
+
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        check_fit_config(config)  # mistakes across settings, before anything is built
+        bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
+        self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
+
     def instantiate_trainer(self, **kwargs: Any) -> Any:
+        # The run's RolloutCallback comes from the `rollout:` group, first in the list.
         trainer_config = self._get(self.config_init, "trainer", default={})
         callbacks = list(trainer_config.get("callbacks") or [])
         trainer_config["callbacks"] = with_rollout_callback(callbacks, self._get(self.config_init, "rollout"))
-        return super().instantiate_trainer(**kwargs)
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
-        self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
+        # Lightning checks devices/accelerator/strategy in Trainer.__init__ with plain TypeError/ValueError that name
+        # the setting in backticks; they are user mistakes, reported as --trainer.<setting>.
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(trainer_error_message(err)) from err
 
     def _parse_ckpt_path(self) -> None:
         # LightningCLI replaces the model's config by the checkpoint's hparams for a file, not for "last": we never
@@ -160,6 +176,28 @@ def _run_fit_cli(words: list[str], debug: bool, from_argv: bool) -> int:
     return 0
 
 
+SUBCOMMAND_MODULES = {
+    "simulate": "lit_fgrpo.theory.simulate_cli",
+    "maze-sweep": "lit_fgrpo.experiments.maze_sweep",
+    "maze-report": "lit_fgrpo.experiments.evidence_report",
+    "maze-compare": "lit_fgrpo.experiments.methods_report",
+}
+"""The commands besides LightningCLI's; each module has ``main(argv) -> int``."""
+
+
+def _run_subcommand(name: str, words: list[str], debug: bool) -> int:
+    # Their parsers raise (exit_on_error=False) so that a bad flag, like a bad file, is one line here.
+    module = importlib.import_module(SUBCOMMAND_MODULES[name])
+    try:
+        return int(module.main(words))
+    except Exception as err:
+        message = None if debug else user_error_message(err)
+        if message is None:
+            raise
+        print(subcommand_error(name, err), file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point ``lit-fgrpo``: 0 on success, 2 on a user mistake (one ``error:`` line)."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -168,22 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     if not words or words[0] in ("-h", "--help"):
         print_commands()
         return 0
-    if words and words[0] == "simulate":
-        from lit_fgrpo.theory.simulate_cli import main as simulate_main
-
-        return simulate_main(words[1:])
-    if words and words[0] == "maze-sweep":
-        from lit_fgrpo.experiments.maze_sweep import main as sweep_main
-
-        return sweep_main(words[1:])
-    if words and words[0] == "maze-report":
-        from lit_fgrpo.experiments.evidence_report import main as report_main
-
-        return report_main(words[1:])
-    if words and words[0] == "maze-compare":
-        from lit_fgrpo.experiments.methods_report import main as compare_main
-
-        return compare_main(words[1:])
+    if words[0] in SUBCOMMAND_MODULES:
+        return _run_subcommand(words[0], words[1:], debug)
     if argv is None:
         sys.argv[1:] = words  # LightningCLI warns when args and sys.argv both carry arguments
     return _run_fit_cli(words, debug, from_argv=argv is None)

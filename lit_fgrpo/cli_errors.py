@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from lit_fgrpo.cli_parse_errors import UNION_HEAD, explain
 from lit_fgrpo.errors import ConfigError, UserError
 
 MAX_LINE = 400
@@ -55,7 +56,7 @@ def precheck_config_files(words: Sequence[str]) -> None:
             line_number = path.read_bytes()[: err.start].count(b"\n") + 1
             raise ConfigError(f"{name}:{line_number}: not UTF-8 text (byte 0x{err.object[err.start]:02x})") from None
         try:
-            yaml.safe_load(text)
+            data = yaml.safe_load(text)
         except yaml.MarkedYAMLError as err:
             mark = err.problem_mark or err.context_mark
             at = f":{mark.line + 1}" if mark is not None else ""
@@ -63,6 +64,11 @@ def precheck_config_files(words: Sequence[str]) -> None:
             raise ConfigError(f"{name}{at}: YAML syntax error: {problem}") from None
         except yaml.YAMLError as err:
             raise ConfigError(f"{name}: YAML error: {_one_line(str(err))}") from None
+        if data is not None and not isinstance(data, dict):
+            # jsonargparse would report "Expected a dict" without the file, or take a list as one flag's value.
+            raise ConfigError(
+                f"{name}: the top level must be a mapping of settings (like trainer:, model:), got a {type(data).__name__}"
+            )
 
 
 def _one_line(text: str) -> str:
@@ -79,16 +85,71 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__
 
 
-def _argument_error(message: str) -> tuple[str, str | None]:
-    message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
-    match = re.match(r'\s*Parser key "([^"]+)":\s*(.*)', message, flags=re.S)
-    if match:
-        key, rest = match.groups()
-        rest = re.sub(r"Expected a (.+?)\. Got value: (.*)", r"expected \1, got \2", rest, flags=re.S)
-        return f"--{key}: {rest}", _HELP_HINT
+def _argument_error(err: BaseException) -> tuple[str, str | None]:
+    message = str(getattr(err, "message", None) or err)
     if message.startswith("Problems parsing config"):
         return f"config: {message.split(':', 1)[1]}", None
-    return message, _HELP_HINT
+    found = explain(err)
+    owner = next((key[1:-1] for key in found.keys if key.startswith("(")), None)
+    if re.search(r"has no attribute|No module named|does not exist|not found", found.message):
+        return found.render(), "class_path must be an importable class, e.g. lit_fgrpo.callbacks.RolloutCallback"
+    if owner and found.keys[0] == "trainer.callbacks":
+        return found.render(), f"run `lit-fgrpo fit --trainer.callbacks.help {owner}` for its settings and their types"
+    return found.render(), _HELP_HINT
+
+
+def trainer_error_message(err: BaseException) -> str:
+    """``"--trainer.devices: `devices` selected with `CPUAccelerator` should be an int > 0."`` from Lightning's text."""
+    text = str(err)
+    named = re.search(r"`(\w+)(?:=[^`]*)?`", text)
+    key = f"--trainer.{named.group(1)}" if named else "--trainer"
+    return f"{key}: {text}"
+
+
+def _model_type_error(err: BaseException) -> tuple[str, str | None] | None:
+    # transformers' AutoConfig refuses an unknown model_type with a 2,000-character list; the user wrote one key.
+    match = re.match(r"Unrecognized model identifier: (\S+?)\.", str(err)) if type(err) is ValueError else None
+    if match is None:
+        return None
+    return (
+        f"--model.model_config: model_type {match.group(1)!r} is not a transformers model type",
+        "use one transformers knows, e.g. 'llama' or 'qwen2'",
+    )
+
+
+def _init_value_error(err: BaseException) -> tuple[str, str | None] | None:
+    # A ValueError raised by a class's own __init__ check while jsonargparse builds it (a callback's sampling.n, an
+    # unknown reward name) arrives wrapped in the Union text; inside it is the check's message.
+    if not isinstance(err, ValueError) or not str(err).startswith(UNION_HEAD):
+        return None
+    found = explain(err)
+    owner = next((key[1:-1] for key in found.keys if key.startswith("(")), None)
+    hint = f"run `lit-fgrpo fit --trainer.callbacks.help {owner}` for its settings" if owner else None
+    return found.render(), hint
+
+
+def _init_parameters(class_name: str) -> set[str]:
+    import inspect
+
+    import lit_fgrpo.callbacks as callbacks
+    from lit_fgrpo.data.datamodule import PromptDataModule
+    from lit_fgrpo.module import FGRPOModule
+
+    owners = {"FGRPOModule": FGRPOModule, "PromptDataModule": PromptDataModule}
+    owner = owners.get(class_name) or getattr(callbacks, class_name, None)
+    if not inspect.isclass(owner):
+        return set()
+    return set(inspect.signature(owner.__init__).parameters) - {"self", "args", "kwargs"}
+
+
+def names_a_setting(message: str) -> bool:
+    """Whether a plain ``ValueError`` message starts with ``Class.setting`` of a class the CLI builds.
+
+    Checks that run later than ``__init__`` (``RolloutCallback.val_samples=4 is fewer than the largest pass@k k=8``)
+    name the setting that way; a message naming a method (``PromptDataModule.draw_prompts: ...``) is a bug.
+    """
+    match = re.match(r"(\w+)\.(\w+)\b(?!\()", message)
+    return match is not None and match.group(2) in _init_parameters(match.group(1))
 
 
 def _interpolation(err: BaseException, paths: Sequence[str]) -> str:
@@ -119,7 +180,10 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
     if isinstance(err, UserError):
         return str(err), err.hint
     if isinstance(err, argparse.ArgumentError):
-        return _argument_error(str(err.message if hasattr(err, "message") else err))
+        return _argument_error(err)
+    wrapped = _init_value_error(err) or _model_type_error(err)
+    if wrapped is not None:
+        return wrapped
     module = type(err).__module__
     if module.startswith("omegaconf"):
         return _interpolation(err, paths), None
@@ -129,9 +193,21 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
         if err.filename is not None:
             return f"{err.filename}: {err.strerror or type(err).__name__}", None
         return str(err), None
-    if type(err) is ValueError and str(err).startswith(USER_VALUE_ERROR_PREFIXES):
+    if type(err) is ValueError and (str(err).startswith(USER_VALUE_ERROR_PREFIXES) or names_a_setting(str(err))):
         return str(err), None
     return None
+
+
+CLASS_FLAGS = {"FGRPOModule.": "--model.", "PromptDataModule.": "--data."}
+"""Messages of the module's and data module's own checks start with the class; the user knows the flag."""
+
+
+def as_flag(message: str) -> str:
+    """``"PromptDataModule.num_train must be >= 1"`` -> ``"--data.num_train must be >= 1"`` (other text unchanged)."""
+    for prefix, flag in CLASS_FLAGS.items():
+        if message.startswith(prefix) and re.match(r"\w", message[len(prefix) :]):
+            return flag + message[len(prefix) :]
+    return message
 
 
 def user_error_message(err: BaseException, config_files: Sequence[str] = ()) -> str | None:
@@ -148,6 +224,13 @@ def user_error_message(err: BaseException, config_files: Sequence[str] = ()) -> 
         found = _classify(cause, config_files)
         if found is not None:
             message, hint = found
-            text = f"error: {_one_line(message)}"
+            text = f"error: {_one_line(as_flag(message))}"
             return text + (f"\nhint: {_one_line(hint)}" if hint else "")
     return None
+
+
+def subcommand_error(name: str, err: BaseException) -> str:
+    """``"lit-fgrpo <name>: error: ..."`` (plus its hint line) for an error a subcommand reports itself."""
+    message = user_error_message(err) or f"error: {_one_line(str(err))}"
+    message = message.replace("`lit-fgrpo fit --help`", f"`lit-fgrpo {name} --help`")
+    return f"lit-fgrpo {name}: {message}"

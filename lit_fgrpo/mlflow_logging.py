@@ -12,9 +12,12 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 from typing import Any
 
 from lightning.pytorch.cli import SaveConfigCallback
+
+from lit_fgrpo.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,26 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 """MLflow 3's experiment type tag (its UI reads it to choose the GenAI or the model-training layout)."""
 EXPERIMENT_KIND = "custom_model_development"
 SYSTEM_METRICS_INTERVAL_S = 10.0
+
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def check_tracking_uri(uri: str, flag: str) -> str:
+    """``uri`` if it names a store MLflow can open by scheme; a bare word or path is refused naming ``flag``.
+
+    MLflow would read ``mlflow.db`` or ``./runs`` as a file-store directory (and MLflow 3 deprecates those), so a
+    user meaning a sqlite database silently gets a folder of YAML files instead.
+
+    Raises:
+        ConfigError: ``"--tracking_uri: 'mlflow.db' has no scheme; ..."``.
+    """
+    if uri == "databricks" or _SCHEME.match(uri):
+        return uri
+    raise ConfigError(
+        f"{flag}: {uri!r} has no scheme; write sqlite:///{uri if uri.endswith('.db') else 'mlflow.db'}, "
+        "file:///absolute/path/mlruns or http://host:port"
+    )
 
 
 def mlflow_available() -> bool:
@@ -40,7 +63,9 @@ def default_logger_config(experiment_name: str = "lit_fgrpo") -> dict[str, Any]:
         "class_path": "lightning.pytorch.loggers.MLFlowLogger",
         "init_args": {
             "experiment_name": experiment_name,
-            "tracking_uri": os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI),
+            "tracking_uri": check_tracking_uri(
+                os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_TRACKING_URI), "MLFLOW_TRACKING_URI"
+            ),
             "artifact_location": DEFAULT_ARTIFACT_LOCATION,
             "log_model": False,
         },

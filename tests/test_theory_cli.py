@@ -53,7 +53,12 @@ def test_cli_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert not (tmp_path / "mlruns").exists()
 
 
-def test_cli_rejects_bad_arguments(tmp_path: Path) -> None:
-    assert main(["--seeds", "0", "--out-dir", str(tmp_path)]) == 2
-    with pytest.raises(SystemExit):
-        main(["--surrogate", "quadratic"])
+def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lit_fgrpo.cli import main as cli_main
+
+    assert cli_main(["simulate", "--seeds", "0", "--out-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "lit-fgrpo simulate: error: --seeds must be >= 1, got 0\n"
+    assert cli_main(["simulate", "--surrogate", "quadratic"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("lit-fgrpo simulate: error: argument --surrogate: invalid choice: 'quadratic'"), err
+    assert len(err) == 2 and err[1].startswith("hint: ")

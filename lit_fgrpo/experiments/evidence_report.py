@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from lit_fgrpo.cli_errors import subcommand_error
+from lit_fgrpo.errors import DataError
 from lit_fgrpo.experiments.evidence_stats import (
     FINAL_SEEDS,
     MIN_SEEDS,
@@ -29,7 +31,8 @@ from lit_fgrpo.experiments.evidence_stats import (
     noninferiority_verdict,
     paired,
 )
-from lit_fgrpo.experiments.sweep_report import read_csv, row_method
+from lit_fgrpo.experiments.sweep_files import SWEEP_COLUMNS, read_table
+from lit_fgrpo.experiments.sweep_report import row_method
 
 ARMS: dict[str, tuple[int, float]] = {
     "GRPO-8": (8, 0.0),
@@ -51,16 +54,31 @@ def report_dir(source: str | Path, out_dir: str | None) -> Path:
     return out
 
 
-def load_rows(source: str | Path, rl_steps: int | None = None) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a sweep directory (``seed*/maze_sweep.csv``) or one CSV, at ``rl_steps`` (default: the largest)."""
+def load_rows(
+    source: str | Path, rl_steps: int | None = None, required: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], int]:
+    """Rows of a sweep directory (``seed*/maze_sweep.csv``) or one CSV, at ``rl_steps`` (default: the largest).
+
+    Args:
+        source: The sweep directory or a CSV file.
+        rl_steps: The milestone to keep; one the data does not have is an error that lists those it has.
+        required: Columns the caller reads besides the sweep's own (checked per file, naming it).
+
+    Raises:
+        FileNotFoundError: no CSV at ``source``.
+        DataError: a CSV is empty, cut short or lacks a column; ``rl_steps`` is not in the data.
+    """
     path = Path(source)
     files = sorted(path.glob("seed*/maze_sweep.csv")) if path.is_dir() else [path]
-    if not files or not all(f.exists() for f in files):
+    if not files or not all(f.is_file() for f in files):
         raise FileNotFoundError(f"{source}: no seed*/maze_sweep.csv (or no such CSV file)")
-    rows = [row for f in files for row in read_csv(f)]
+    rows = [row for f in files for row in read_table(f, (*SWEEP_COLUMNS, *required))]
     if not rows:
-        raise ValueError(f"{source}: the CSVs hold no rows")
-    steps = int(rl_steps if rl_steps is not None else max(int(r["rl_steps"]) for r in rows))
+        raise DataError(f"{source}: the CSVs hold no rows")
+    have = sorted({int(r["rl_steps"]) for r in rows})
+    steps = int(rl_steps if rl_steps is not None else have[-1])
+    if steps not in have:
+        raise DataError(f"--rl_steps {steps}: {source} has no rows at that step (it has {', '.join(map(str, have))})")
     return [r for r in rows if int(r["rl_steps"]) == steps], steps
 
 
@@ -258,7 +276,7 @@ def report(source: str, out_dir: str | None = None, rl_steps: int | None = None)
         out_dir: Where the markdown, JSON and PNG go (default: ``source`` itself, or the CSV's folder).
         rl_steps: The milestone to analyse (default: the largest in the data).
     """
-    rows, steps = load_rows(source, rl_steps)
+    rows, steps = load_rows(source, rl_steps, required=METRICS)
     result = analyse(rows)
     out = report_dir(source, out_dir)
     text = render(result, steps, source)
@@ -274,13 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        text = CLI(report, args=words)
+        text = CLI(report, args=words, exit_on_error=False)
     except (ValueError, FileNotFoundError) as err:
-        print(f"lit-fgrpo maze-report: error: {err}", file=sys.stderr)
+        print(subcommand_error("maze-report", err), file=sys.stderr)
         return 2
     print(text)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from lit_fgrpo.cli import main as cli_main
+
+    raise SystemExit(cli_main(["maze-report", *sys.argv[1:]]))

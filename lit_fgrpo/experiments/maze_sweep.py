@@ -16,7 +16,7 @@ interrupted arm resumes from its ``last.ckpt``)::
     out_dir/maze_sweep.csv, .png          all seeds merged; -log pass@k against N
 
     lit-fgrpo maze-sweep --config configs/experiments/maze_evidence_cpu.yaml
-    lit-fgrpo maze-sweep --seeds [0,1] --arms '[8:0, 8:0.5]' --rl_steps 100 --out_dir outputs/maze_sweep
+    lit-fgrpo maze-sweep --seeds [0,1] --arms '["8:0", "8:0.5"]' --rl_steps 100 --out_dir outputs/maze_sweep
     lit-fgrpo maze-sweep --config configs/experiments/maze_methods_cpu.yaml    # GRPO, F-GRPO, MaxRL, band, dynamic
 
 Exit status 0 when every unit is done, 75 when a step or time budget stopped it (rerun to continue), 2 on bad input.
@@ -34,6 +34,8 @@ from typing import Any, Literal
 import lightning as L
 import torch
 
+from lit_fgrpo.cli_errors import precheck_config_files, subcommand_error
+from lit_fgrpo.experiments.arms_words import check_config_arms, quote_arms
 from lit_fgrpo.experiments.rare_pool import build_rare_pool
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
 from lit_fgrpo.experiments.sweep_report import (
@@ -52,6 +54,7 @@ from lit_fgrpo.experiments.sweep_state import (
     read_json,
     write_json,
 )
+from lit_fgrpo.mlflow_logging import check_tracking_uri
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.progress import progress
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
@@ -345,6 +348,8 @@ def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> Non
         raise ValueError(f"--milestones {list(s['milestones'])} must not exceed --rl_steps={s['rl_steps']}")
     if s["init_from"] and len(s["seeds"]) > 1:
         raise ValueError("--init_from loads one seed's warm start; give a single --seeds value with it")
+    if s["tracking_uri"] is not None and s["tracking_uri"].lower() != "none":
+        check_tracking_uri(s["tracking_uri"], "--tracking_uri")
     if s["ckpt_every"] < 1:
         raise ValueError(f"--ckpt_every must be >= 1, got {s['ckpt_every']}")
     if s["token_budget"] is not None and (s["token_budget"] < 1 or s["milestones"]):
@@ -381,7 +386,7 @@ def build_parser() -> Any:
     """The ``lit-fgrpo maze-sweep`` parser: one flag per argument of :func:`run_maze_sweep`, plus ``--config``."""
     from jsonargparse import ArgumentParser
 
-    parser = ArgumentParser(prog="lit-fgrpo maze-sweep", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="lit-fgrpo maze-sweep", description=__doc__.split("\n\n")[0], exit_on_error=False)
     parser.add_argument("--config", action="config", help="a YAML file of these flags (configs/experiments/)")
     parser.add_function_arguments(run_maze_sweep)
     return parser
@@ -394,13 +399,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if words[:1] == ["combine"]:
         from jsonargparse import CLI
 
-        return int(CLI(combine_sweeps, args=words[1:], as_positional=False))
-    kwargs = build_parser().parse_args(words).as_dict()  # bad flags: one line, exit status 2
+        return int(CLI(combine_sweeps, args=words[1:], as_positional=False, exit_on_error=False))
+    precheck_config_files(words)
+    check_config_arms(words)
+    kwargs = build_parser().parse_args(quote_arms(words)).as_dict()  # bad flags raise: lit_fgrpo.cli prints one line
     kwargs.pop("config", None)
     try:
         rows = run_maze_sweep(**kwargs)
     except (ValueError, FileNotFoundError) as err:
-        print(f"lit-fgrpo maze-sweep: error: {err}", file=sys.stderr)
+        print(subcommand_error("maze-sweep", err), file=sys.stderr)
         return 2
     status = read_json(Path(kwargs["out_dir"]) / "sweep_status.json")
     print(f"{Path(kwargs['out_dir']) / 'maze_sweep.csv'}: {len(rows)} rows, {len(status.get('pending', []))} pending")
@@ -414,4 +421,6 @@ __all__ = ["DEFAULT_MODEL_CONFIG", "EXIT_INCOMPLETE", "build_parser", "combine_s
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from lit_fgrpo.cli import main as cli_main
+
+    raise SystemExit(cli_main(["maze-sweep", *sys.argv[1:]]))

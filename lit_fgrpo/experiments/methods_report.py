@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from lit_fgrpo.cli_errors import subcommand_error
+from lit_fgrpo.errors import DataError
 from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, plot_arms, report_dir
 from lit_fgrpo.experiments.evidence_stats import paired
 from lit_fgrpo.experiments.sweep_report import row_method
@@ -61,6 +63,19 @@ def _sync_twins(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 def _ks(rows: Sequence[dict[str, Any]]) -> list[int]:
     return sorted(int(key.removeprefix("pass_at_")) for key in rows[0] if key.startswith("pass_at_"))
+
+
+def check_columns(rows: Sequence[dict[str, Any]], source: str) -> None:
+    """Every row has each ``pass_at_k`` and its ``base_pass_at_k`` as a number (the table and figure read them all).
+
+    Raises:
+        DataError: naming ``source``, the column and the seed.
+    """
+    for k in _ks(rows):
+        for column in (f"pass_at_{k}", f"base_pass_at_{k}"):
+            bad = next((row for row in rows if not isinstance(row.get(column), int | float)), None)
+            if bad is not None:
+                raise DataError(f"{source}: column {column} is missing or empty in a row of seed {bad['seed']}")
 
 
 def render(rows: Sequence[dict[str, Any]], steps: int, source: str) -> str:
@@ -128,7 +143,8 @@ def compare(source: str, out_dir: str | None = None, rl_steps: int | None = None
         out_dir: Where the files go (default: ``source`` itself, or the CSV's folder).
         rl_steps: The milestone to compare (default: the largest in the data).
     """
-    rows, steps = load_rows(source, rl_steps)
+    rows, steps = load_rows(source, rl_steps, required=("pass_at_1", "base_pass_at_1"))
+    check_columns(rows, source)
     out = report_dir(source, out_dir)
     text = render(rows, steps, source)
     (out / "methods_report.md").write_text(text)
@@ -142,13 +158,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     words = list(sys.argv[1:] if argv is None else argv)
     try:
-        text = CLI(compare, args=words)
+        text = CLI(compare, args=words, exit_on_error=False)
     except (ValueError, FileNotFoundError, KeyError) as err:
-        print(f"lit-fgrpo maze-compare: error: {err}", file=sys.stderr)
+        print(subcommand_error("maze-compare", err), file=sys.stderr)
         return 2
     print(text)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from lit_fgrpo.cli import main as cli_main
+
+    raise SystemExit(cli_main(["maze-compare", *sys.argv[1:]]))

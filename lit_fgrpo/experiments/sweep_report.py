@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lit_fgrpo.experiments.sweep_files import SWEEP_COLUMNS, read_table
+
 
 def row_method(row: dict[str, Any]) -> str:
     """The method of a sweep row; rows written before arms had a method (empty or missing cell) are ``focal``."""
@@ -32,21 +34,11 @@ def write_csv(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
 
 
 def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Read a sweep CSV back: integer cells as ints, other numeric cells as floats, the rest as strings."""
-    rows: list[dict[str, Any]] = []
-    with Path(path).open(newline="") as handle:
-        for raw in csv.DictReader(handle):
-            rows.append({key: _number(value) for key, value in raw.items()})
-    return rows
+    """Read a sweep CSV back: integer cells as ints, other numeric cells as floats, the rest as strings.
 
-
-def _number(value: str | None) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            pass
-    return value
+    Checked (:func:`~lit_fgrpo.experiments.sweep_files.read_table`): a cut or malformed file names its line.
+    """
+    return read_table(path, SWEEP_COLUMNS)
 
 
 def combine(csv_paths: Sequence[str | Path], out_dir: str | Path, ks: Sequence[int]) -> list[dict[str, Any]]:

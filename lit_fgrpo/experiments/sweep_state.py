@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lit_fgrpo.experiments.sweep_arm import Arm
+from lit_fgrpo.experiments.sweep_files import read_state
 from lit_fgrpo.experiments.sweep_report import row_method
 
 # Settings that may change between runs of one output directory; every other one must stay as it was.
@@ -69,7 +70,8 @@ def add_seconds(folder: Path, seconds: float) -> float:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.exists() else {}
+    """The JSON object at ``path`` (``{}`` when absent); a broken file is a one-line error naming it."""
+    return read_state(path)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

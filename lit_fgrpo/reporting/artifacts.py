@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+from lit_fgrpo.errors import CheckpointError
+
 log = logging.getLogger(__name__)
 
 POLICY_ARTIFACT_PATH = "policy"
@@ -79,16 +81,44 @@ def load_policy_from_run(
 
     Returns:
         ``(model, tokenizer)``: a transformers causal LM in eval mode and its tokenizer.
+
+    Raises:
+        ConfigError: ``tracking_uri`` has no scheme.
+        CheckpointError: the store has no such run, or the run holds no loadable ``policy/`` artifacts (each names
+            the run and the store).
     """
     import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    local = mlflow.artifacts.download_artifacts(
-        run_id=run_id,
-        artifact_path=POLICY_ARTIFACT_PATH,
-        tracking_uri=tracking_uri,
-        dst_path=None if dst_path is None else str(dst_path),
-    )
+    from lit_fgrpo.mlflow_logging import check_tracking_uri
+
+    check_tracking_uri(tracking_uri, "tracking_uri")
+    where = f"run {run_id} in {tracking_uri}"
+    try:
+        MlflowClient(tracking_uri).get_run(run_id)
+    except MlflowException as err:
+        raise CheckpointError(f"{where}: no such run ({_first_line(err)})") from None
+    try:
+        local = mlflow.artifacts.download_artifacts(
+            run_id=run_id,
+            artifact_path=POLICY_ARTIFACT_PATH,
+            tracking_uri=tracking_uri,
+            dst_path=None if dst_path is None else str(dst_path),
+        )
+    except (MlflowException, OSError):  # the run exists: its artifacts have no policy/ folder
+        raise CheckpointError(
+            f"{where}: no {POLICY_ARTIFACT_PATH}/ artifacts",
+            hint="the run logs its policy when trained with --model.save_pretrained_dir",
+        ) from None
+    if not (Path(local) / "config.json").is_file():
+        raise CheckpointError(f"{where}: {POLICY_ARTIFACT_PATH}/ holds no save_pretrained model (no config.json)")
     model = AutoModelForCausalLM.from_pretrained(local).eval()
     tokenizer = AutoTokenizer.from_pretrained(local)
     return model, tokenizer
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(getattr(err, "message", None) or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from lit_fgrpo.notices import notice
 from lit_fgrpo.rewards.guarded_call import Isolation, RewardCrash, RewardTimeout, call_with_timeout
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ def run_reward(
         completions: (B,) completions.
         columns: Name -> (B,) values.
         timeout: Seconds each call may take (the batch call, then each row's); ``None`` = no limit.
-        isolation: ``"thread"`` or ``"process"`` (see :mod:`lit_fgrpo.rewards.guarded_call`); used with a timeout.
+        isolation: ``"thread"`` or ``"process"`` (see :mod:`lit_fgrpo.rewards.guarded_call`); ``"process"`` forks a
+            worker with or without a timeout, so a function that kills its process only costs its rows.
         counts: If given, receives ``"nonfinite"`` and ``"timed_out"`` row counts.
 
     Returns:
@@ -117,9 +119,10 @@ def run_reward(
     try:
         scores = _call_guarded(fn, prompts, completions, columns, timeout, isolation)
     except Exception as batch_error:  # a reward function must never crash training
-        log.warning("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
+        log.info("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
         scores = []
         last_error: Exception | None = None
+        failed_rows: list[int] = []
         for i in range(len(prompts)):
             row_columns = {key: values[i : i + 1] for key, values in columns.items()}
             try:
@@ -128,27 +131,36 @@ def run_reward(
                 )
             except Exception as row_error:
                 scores.append(None)
+                failed_rows.append(i)
                 last_error = row_error
                 num_timed_out += isinstance(row_error, RewardTimeout | RewardCrash)
         num_raised = sum(score is None for score in scores)
         if last_error is not None:
-            log.warning(
-                "reward %r failed on %d of %d completions (%d timed out or crashed; last: %r)",
+            notice(
+                log,
+                "reward %r failed on %d of %d completions, rows %s (%d timed out or crashed; last: %r): unscorable",
                 name,
                 num_raised,
                 len(prompts),
+                _rows(failed_rows),
                 num_timed_out,
                 last_error,
             )
     num_nonfinite = sum(score is _NONFINITE for score in scores)
     if num_nonfinite:
-        log.warning(
-            "reward %r returned NaN or inf for %d of %d completions: unscorable", name, num_nonfinite, len(scores)
+        notice(
+            log, "reward %r returned NaN or inf for %d of %d completions: unscorable", name, num_nonfinite, len(scores)
         )
     clean: list[float | None] = [None if s is _NONFINITE else s for s in scores]
     if counts is not None:
         counts["nonfinite"], counts["timed_out"] = num_nonfinite, num_timed_out
     return clean, sum(score is None for score in clean)
+
+
+def _rows(indices: Sequence[int], shown: int = 8) -> str:
+    """``"1, 4, 9"`` (the first ``shown``, then ``"... (12 in all)"``): which completions of the batch failed."""
+    text = ", ".join(map(str, indices[:shown]))
+    return text if len(indices) <= shown else f"{text}, ... ({len(indices)} in all)"
 
 
 def _to_tensor(scores: Sequence[float | None]) -> Tensor:

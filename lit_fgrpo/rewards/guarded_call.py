@@ -10,7 +10,9 @@ segfault in a C extension, ``os._exit``) must not stall or end a training run. :
   fork per call; results travel back through a pipe, so they must be picklable (a list of floats is).
 
 Either way a timeout raises :class:`RewardTimeout` and a crashed worker raises :class:`RewardCrash`; the scoring
-code turns both into unscorable rows (``None``), counted and logged.
+code turns both into unscorable rows (``None``), counted and shown (one line naming the function and the rows).
+``isolation="process"`` forks a worker with or without a timeout (without one it waits as long as the call takes):
+a crash is contained either way.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def _child(fn: Callable[[], Any], conn: Any) -> None:
         conn.close()
 
 
-def _in_process(fn: Callable[[], Any], timeout: float) -> Any:
+def _in_process(fn: Callable[[], Any], timeout: float | None) -> Any:
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     context: Any = multiprocessing.get_context(method)
     receive, send = context.Pipe(duplex=False)
@@ -69,7 +71,7 @@ def _in_process(fn: Callable[[], Any], timeout: float) -> Any:
     worker.start()
     send.close()
     try:
-        if not receive.poll(timeout):
+        if not receive.poll(timeout):  # None: wait for a result or the worker's end (EOF), however long
             if worker.is_alive():
                 raise RewardTimeout(f"no result within {timeout:g} s (worker process killed)")
             raise RewardCrash(f"worker process died with exit code {worker.exitcode}")
@@ -89,19 +91,20 @@ def _in_process(fn: Callable[[], Any], timeout: float) -> Any:
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout: float | None, isolation: Isolation = "thread") -> Any:
-    """Return ``fn()``, raising :class:`RewardTimeout` after ``timeout`` seconds (``None``: no limit, same thread).
+    """Return ``fn()``, raising :class:`RewardTimeout` after ``timeout`` seconds (``None``: no limit).
+
+    Without a timeout a ``"thread"`` call runs in the caller's thread, while a ``"process"`` call still runs in a
+    worker process: isolation is asked for to survive a crash, with or without a time limit.
 
     Raises:
         RewardTimeout: If the call did not return in time.
         RewardCrash: If the worker process died (``isolation="process"``).
         ValueError: If ``timeout`` is not positive or ``isolation`` is unknown.
     """
-    if timeout is None:
-        return fn()
-    if not timeout > 0:
+    if timeout is not None and not timeout > 0:
         raise ValueError(f"reward timeout must be > 0 seconds, got {timeout}")
     if isolation == "thread":
-        return _in_thread(fn, timeout)
+        return fn() if timeout is None else _in_thread(fn, timeout)
     if isolation == "process":
         return _in_process(fn, timeout)
     raise ValueError(f"reward isolation must be 'thread' or 'process', got {isolation!r}")

@@ -88,6 +88,11 @@ class RolloutSettings:
         where = "RolloutCallback"
         if self.engine not in ENGINE_KINDS:
             raise ConfigError(f"{where}.engine must be one of {', '.join(ENGINE_KINDS)}; got {self.engine!r}")
+        if self.engine_kwargs and self.engine in ("hf", "hf_copy"):
+            raise ConfigError(
+                f"{where}.engine_kwargs {sorted(self.engine_kwargs)} are vLLM options; engine {self.engine!r} does not "
+                "use them (drop engine_kwargs, or choose engine: vllm)"
+            )
         if self.sampling.n < 2:
             raise ConfigError(
                 f"{where}.sampling.n (the group size G) must be >= 2 for group-relative advantages, "

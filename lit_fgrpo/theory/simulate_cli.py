@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.mlflow_logging import check_tracking_uri
 from lit_fgrpo.theory.categorical_sweep import sweep_categorical
 
 PAPER_GROUP_SIZES = [2**k for k in range(1, 18)]
@@ -24,9 +27,16 @@ CSV_NAME = "categorical_sweep.csv"
 PNG_NAME = "categorical_sweep.png"
 
 
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse that raises its one-line complaint (the CLI prints it, without the usage block) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message, hint="run `lit-fgrpo simulate --help` for every flag")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``simulate`` command."""
-    p = argparse.ArgumentParser(
+    p = _RaisingParser(
         prog="lit-fgrpo simulate",
         description="Categorical F-GRPO simulation: final Q_pos / M_ret over group sizes N x focal gammas x seeds.",
     )
@@ -138,12 +148,35 @@ def log_to_mlflow(args: argparse.Namespace, rows: Sequence[dict[str, Any]], file
         return str(run.info.run_id)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse values the simulation cannot run with, naming the flag.
+
+    Raises:
+        ConfigError: e.g. ``"--num-correct 200 must be < --num-actions 100"``.
+    """
+    checks = [
+        (args.seeds >= 1, f"--seeds must be >= 1, got {args.seeds}"),
+        (args.steps >= 1, f"--steps must be >= 1, got {args.steps}"),
+        (args.workers >= 1, f"--workers must be >= 1, got {args.workers}"),
+        (all(n >= 2 for n in args.group_sizes), f"--group-sizes must all be >= 2, got {args.group_sizes}"),
+        (all(math.isfinite(g) and g >= 0 for g in args.gammas), f"--gammas must be finite and >= 0, got {args.gammas}"),
+        (math.isfinite(args.lr) and args.lr > 0, f"--lr must be finite and > 0, got {args.lr}"),
+        (math.isfinite(args.weight_decay) and args.weight_decay >= 0, f"--weight-decay must be >= 0, got {args.weight_decay}"),
+        (args.num_actions >= 2, f"--num-actions must be >= 2, got {args.num_actions}"),
+        (1 <= args.num_correct < args.num_actions,
+         f"--num-correct {args.num_correct} must be >= 1 and < --num-actions {args.num_actions}"),
+    ]  # fmt: skip
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+    if args.mlflow:
+        check_tracking_uri(args.tracking_uri, "--tracking-uri")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the sweep, write CSV and PNG, optionally log to MLflow. Returns the exit status."""
+    """Run the sweep, write CSV and PNG, optionally log to MLflow. Returns the exit status (2: bad input, raised)."""
     args = build_parser().parse_args(argv)
-    if args.seeds < 1 or args.steps < 1:
-        print("--seeds and --steps must be >= 1", file=sys.stderr)
-        return 2
+    check_args(args)
     start = time.time()
     rows = sweep_categorical(
         args.group_sizes,
@@ -178,4 +211,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from lit_fgrpo.cli import main as cli_main
+
+    raise SystemExit(cli_main(["simulate", *sys.argv[1:]]))

@@ -72,6 +72,22 @@ def test_last_falls_back_to_the_newest_readable(tmp_path: Path, caplog: pytest.L
     assert f"skipping an unreadable checkpoint: {bad}: checkpoint is empty" in caplog.text
 
 
+def test_fallback_is_on_the_terminal_when_logging_is_silenced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's Alembic migrations disable existing loggers (fileConfig); the fallback must still be seen."""
+    good = save(tmp_path / "step=2.ckpt")
+    bad = tmp_path / "last.ckpt"
+    bad.touch()
+    os.utime(good, (1, 1))
+    monkeypatch.setattr(logging.getLogger("lit_fgrpo.checkpointing"), "disabled", True)
+    assert resolve_resume("last", trainer_for(tmp_path)) == str(good)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        f"warning: skipping an unreadable checkpoint: {bad}: checkpoint is empty (0 bytes; an interrupted write?)"
+    ]
+
+
 def test_last_with_only_unreadable_checkpoints(tmp_path: Path) -> None:
     (tmp_path / "last.ckpt").touch()
     with pytest.raises(CheckpointError) as info:

@@ -86,7 +86,7 @@ def test_bad_flag_values(
 
 def test_loss_type_not_a_choice(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (line, _) = run(["fit", "--config", str(config), "--model.loss_type", "foo"], capsys)
-    assert line.startswith("error: --model.loss_type: expected typing.Literal['grpo', ") and line.endswith(", got foo")
+    assert line.startswith("error: --model.loss_type: expected one of 'grpo', ") and line.endswith(", got foo")
 
 
 def test_missing_config_file(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +121,7 @@ def test_missing_interpolation_key_names_file_and_setting(config: Path, capsys: 
 
 def test_missing_data_file(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = run(["fit", "--config", str(config), "--data.source", "jsonl", "--data.train_path", "absent.jsonl"], capsys)
-    assert lines == ["error: PromptDataModule.train_path does not exist: absent.jsonl"]
+    assert lines == ["error: --data.train_path does not exist: absent.jsonl"]
 
 
 @pytest.mark.parametrize(

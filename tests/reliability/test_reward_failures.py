@@ -106,3 +106,16 @@ def test_bad_timeout_settings_are_refused(timeout: float, isolation: Any, messag
         from lit_fgrpo.rewards.guarded_call import call_with_timeout
 
         call_with_timeout(lambda: 1, timeout, isolation)
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["no_timeout", "timeout"])
+def test_process_isolation_contains_a_crash_with_or_without_a_timeout(
+    timeout: float | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    counts: dict[str, int] = {}
+    scores, failed = run_reward(crash_on_boom, ["p"] * 3, ["a", "boom", "b"], {}, timeout, "process", counts)
+    assert scores == [0.5, None, 0.5] and failed == 1 and counts["timed_out"] == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("warning: reward 'crash_on_boom' failed on 1 of 3 completions, rows 1 (1 timed out or")
+    assert "RewardCrash('worker process died with exit code 11')" in lines[0]

@@ -1,0 +1,243 @@
+"""A corpus of malformed inputs across every subcommand: each is one ``error:`` line naming the culprit, exit 2.
+
+Every case runs ``lit_fgrpo.cli.main`` in-process (no fresh interpreter) and asserts: status 2, no traceback, no
+Union-subtype noise, exactly one ``error:`` line (plus at most one ``hint:``), and that line contains the strings
+the case lists (the flag, the key, the file and line). The fit cases start from a one-step config with no logger, so
+a case that is wrongly accepted costs a step, not a run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lit_fgrpo.cli import main
+from tests.reliability.test_cli_errors import TINY
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence_tiny.csv"
+ROLLOUT = "lit_fgrpo.callbacks.RolloutCallback"
+
+
+def rollout(**init_args: Any) -> str:
+    """``--trainer.callbacks`` holding one RolloutCallback with ``init_args`` (JSON)."""
+    return json.dumps([{"class_path": ROLLOUT, "init_args": {"reward_funcs": ["maze"], **init_args}}])
+
+
+def write(folder: Path, name: str, text: str | bytes) -> str:
+    path = folder / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(path)
+
+
+def csv_lines(count: int | None = None, drop_column: str | None = None) -> str:
+    lines = FIXTURE.read_text().splitlines()
+    if drop_column is not None:
+        index = lines[0].split(",").index(drop_column)
+        lines = [",".join(c for i, c in enumerate(line.split(",")) if i != index) for line in lines]
+    return "\n".join(lines[:count]) + "\n"
+
+
+# Each case: (id, a function of the temporary folder giving the argv, strings the error line must contain).
+Case = tuple[str, Callable[[Path], list[str]], list[str]]
+FIT: list[Case] = [
+    ("gamma_text", lambda d: ["--model.gamma", "abc"], ["--model.gamma", "abc"]),
+    ("gamma_negative", lambda d: ["--model.gamma", "-1"], ["--model.gamma", "-1"]),
+    ("lr_zero", lambda d: ["--model.lr", "0"], ["--model.lr"]),
+    ("loss_type", lambda d: ["--model.loss_type", "ppo"], ["--model.loss_type", "ppo", "'grpo'"]),
+    ("val_k_text", lambda d: ["--model.val_pass_at_k", "x"], ["--model.val_pass_at_k"]),
+    ("val_k_zero", lambda d: ["--model.val_pass_at_k", "[0]"], ["--model.val_pass_at_k"]),
+    ("group_weight_kind", lambda d: ["--model.group_weight", '{"kind": "no_such_weight"}'], ["group_weight"]),
+    ("band_reversed", lambda d: ["--model.group_weight", '{"kind": "band", "low": 0.9, "high": 0.1}'], ["low=0.9"]),
+    ("max_steps_text", lambda d: ["--trainer.max_steps", "x"], ["--trainer.max_steps"]),
+    ("precision", lambda d: ["--trainer.precision", "bf17"], ["--trainer.precision", "bf17"]),
+    ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
+    ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
+    ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
+    ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
+    ("group_size_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"n": 0})], ["(RolloutCallback)", "n"]),
+    ("max_tokens_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"max_tokens": 0})], ["max_tokens"]),
+    ("temperature_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"temperature": 0})], ["temperature"]),
+    ("reward_unknown", lambda d: ["--trainer.callbacks", rollout(reward_funcs=["nope"])], ["unknown reward 'nope'"]),
+    ("reward_dotted", lambda d: ["--trainer.callbacks", rollout(reward_funcs=["no_mod:fn"])], ["no_mod:fn"]),
+    ("reward_weights", lambda d: ["--trainer.callbacks", rollout(reward_weights=[1.0, 2.0])], ["reward_weights"]),
+    ("engine_typo", lambda d: ["--trainer.callbacks", rollout(engine="vlm")], ["engine", "vlm"]),
+    ("isolation_typo", lambda d: ["--trainer.callbacks", rollout(reward_isolation="fork")], ["reward_isolation"]),
+    ("dynamic_rounds", lambda d: ["--trainer.callbacks", rollout(dynamic_sampling={"max_rounds": 0})], ["max_rounds"]),
+    (
+        "dynamic_oversample",
+        lambda d: ["--trainer.callbacks", rollout(dynamic_sampling={"oversample": 0.5})],
+        ["oversample"],
+    ),
+    (
+        "val_samples_below_k",
+        lambda d: ["--trainer.callbacks", rollout(val_samples=2), "--model.val_pass_at_k", "[1, 4]"],
+        ["val_samples"],
+    ),
+    (
+        "two_rollout_callbacks",
+        lambda d: ["--trainer.callbacks", json.dumps([json.loads(rollout())[0]] * 2)],
+        ["RolloutCallback", "trainer.callbacks"],
+    ),
+    (
+        "engine_kwargs_for_hf",
+        lambda d: ["--trainer.callbacks", rollout(engine="hf", engine_kwargs={"gpu_memory_utilization": 0.5})],
+        ["engine_kwargs", "hf"],
+    ),
+    (
+        "callback_class_typo",
+        lambda d: ["--trainer.callbacks", json.dumps([{"class_path": "lit_fgrpo.callbacks.RolloutCallbak"}])],
+        ["RolloutCallbak"],
+    ),
+    (
+        "warm_start_lr",
+        lambda d: [
+            "--trainer.callbacks",
+            json.dumps([{"class_path": "lit_fgrpo.callbacks.WarmStartCallback", "init_args": {"lr": -1}}]),
+        ],
+        ["lr"],
+    ),  # fmt: skip
+    (
+        "tracking_uri",
+        lambda d: [
+            "--trainer.logger",
+            json.dumps(
+                {"class_path": "lightning.pytorch.loggers.MLFlowLogger", "init_args": {"tracking_uri": "mlflow.db"}}
+            ),
+        ],
+        ["mlflow.db", "scheme"],
+    ),  # fmt: skip
+    ("max_steps_negative", lambda d: ["--trainer.max_steps", "-5"], ["max_steps", "-5"]),
+    ("devices_text", lambda d: ["--trainer.devices", "x"], ["--trainer.devices"]),
+    ("accelerator_typo", lambda d: ["--trainer.accelerator", "tpu9"], ["--trainer.accelerator", "tpu9"]),
+    ("model_type_unknown", lambda d: ["--model.model_config", '{"model_type": "nosuch"}'], ["model_type 'nosuch'"]),
+    ("model_type_missing", lambda d: ["--model.model_config", '{"hidden_size": 8}'], ["--model.model_config"]),
+    ("tokenizer_missing", lambda d: ["--model.tokenizer", "/no/such/dir"], ["--model.tokenizer", "/no/such/dir"]),
+    ("seed_text", lambda d: ["--seed_everything", "x"], ["--seed_everything"]),
+    ("callbacks_text", lambda d: ["--trainer.callbacks", "foo"], ["--trainer.callbacks", "foo"]),
+    ("ckpt_missing", lambda d: ["--ckpt_path", str(d / "none.ckpt")], ["none.ckpt"]),
+    ("ckpt_empty", lambda d: ["--ckpt_path", write(d, "e.ckpt", b"")], ["e.ckpt", "empty"]),
+    ("config_list", lambda d: ["--config", write(d, "l.yaml", "- a\n- b\n")], ["l.yaml", "mapping"]),
+    ("config_scalar", lambda d: ["--config", write(d, "s.yaml", "3\n")], ["s.yaml", "mapping"]),
+    ("config_syntax", lambda d: ["--config", write(d, "y.yaml", "model: [1\n")], ["y.yaml:2"]),
+    ("config_missing", lambda d: ["--config", str(d / "nope.yaml")], ["nope.yaml"]),
+]
+
+SUBCOMMANDS: list[Case] = [
+    ("report_truncated", lambda d: ["maze-report", write(d, "t.csv", FIXTURE.read_text()[:300])], ["t.csv:4"]),
+    ("report_empty", lambda d: ["maze-report", write(d, "e.csv", "")], ["e.csv", "empty"]),
+    (
+        "report_no_column",
+        lambda d: ["maze-report", write(d, "c.csv", csv_lines(drop_column="rl_steps"))],
+        ["c.csv:1", "rl_steps"],
+    ),  # fmt: skip
+    (
+        "report_no_metric",
+        lambda d: ["maze-report", write(d, "m.csv", csv_lines(drop_column="dnll_rare"))],
+        ["m.csv:1", "dnll_rare"],
+    ),  # fmt: skip
+    (
+        "report_text_cell",
+        lambda d: ["maze-report", write(d, "x.csv", csv_lines().replace(",200,", ",two hundred,", 1))],
+        ["x.csv:", "must be a number"],
+    ),  # fmt: skip
+    ("report_step_absent", lambda d: ["maze-report", str(FIXTURE), "--rl_steps", "7"], ["--rl_steps 7", "100, 200"]),
+    ("report_step_text", lambda d: ["maze-report", str(FIXTURE), "--rl_steps", "x"], ["--rl_steps"]),
+    ("report_missing", lambda d: ["maze-report", str(d / "none")], ["none"]),
+    ("report_dir_empty", lambda d: ["maze-report", str(d)], ["no seed*/maze_sweep.csv"]),
+    ("compare_truncated", lambda d: ["maze-compare", write(d, "t.csv", FIXTURE.read_text()[:300])], ["t.csv:4"]),
+    (
+        "compare_no_base",
+        lambda d: ["maze-compare", write(d, "b.csv", csv_lines(drop_column="base_pass_at_1"))],
+        ["base_pass_at_1"],
+    ),  # fmt: skip
+    ("compare_step_absent", lambda d: ["maze-compare", str(FIXTURE), "--rl_steps", "3"], ["--rl_steps 3"]),
+    ("compare_no_source", lambda d: ["maze-compare"], ["source"]),
+    (
+        "simulate_correct_gt_actions",
+        lambda d: ["simulate", "--num-correct", "20", "--num-actions", "10"],
+        ["--num-correct"],
+    ),  # fmt: skip
+    ("simulate_gamma_negative", lambda d: ["simulate", "--gammas", "-1"], ["--gammas"]),
+    ("simulate_group_size_1", lambda d: ["simulate", "--group-sizes", "1"], ["--group-sizes"]),
+    ("simulate_seeds_text", lambda d: ["simulate", "--seeds", "x"], ["--seeds"]),
+    ("simulate_lr_zero", lambda d: ["simulate", "--lr", "0"], ["--lr"]),
+    ("simulate_surrogate", lambda d: ["simulate", "--surrogate", "cubic"], ["--surrogate"]),
+    ("simulate_uri", lambda d: ["simulate", "--mlflow", "--tracking-uri", "runs"], ["--tracking-uri", "'runs'"]),
+    ("sweep_arms_text", lambda d: ["maze-sweep", "--arms", "[8-0.5]", "--out_dir", str(d / "o")], ["--arms", "8-0.5"]),
+    ("sweep_arms_n1", lambda d: ["maze-sweep", "--arms", "[1:0]", "--out_dir", str(d / "o")], ["--arms", "1:0"]),
+    ("sweep_arms_gamma", lambda d: ["maze-sweep", "--arms", "[8:-1]", "--out_dir", str(d / "o")], ["--arms", "8:-1"]),
+    (
+        "sweep_arms_method",
+        lambda d: ["maze-sweep", "--arms", "[8:0:ppo]", "--out_dir", str(d / "o")],
+        ["--arms", "ppo"],
+    ),
+    (
+        "sweep_config_arms_numbers",
+        lambda d: ["maze-sweep", "--config", write(d, "a.yaml", "arms: [8:0, 8:0.5]\n")],
+        ["a.yaml", "480"],
+    ),  # fmt: skip
+    ("sweep_config_list", lambda d: ["maze-sweep", "--config", write(d, "l.yaml", "- 1\n")], ["l.yaml", "mapping"]),
+    (
+        "sweep_ks_gt_samples",
+        lambda d: ["maze-sweep", "--ks", "[1, 512]", "--eval_samples", "8", "--out_dir", str(d / "o")],
+        ["--ks"],
+    ),  # fmt: skip
+    (
+        "sweep_uri",
+        lambda d: ["maze-sweep", "--tracking_uri", "mlflow.db", "--out_dir", str(d / "o")],
+        ["--tracking_uri"],
+    ),  # fmt: skip
+    ("sweep_unknown_flag", lambda d: ["maze-sweep", "--no_such", "1"], ["--no_such"]),
+    ("sweep_rl_steps_text", lambda d: ["maze-sweep", "--rl_steps", "x"], ["--rl_steps"]),
+]
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # anything a command writes stays in tmp_path
+    monkeypatch.delenv("LIT_FGRPO_DEBUG", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    return tmp_path
+
+
+def assert_one_line(argv: list[str], must_name: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2, err[-2000:]
+    assert "Traceback" not in err and "Union subtypes" not in err, err[-2000:]
+    errors = [line for line in err.splitlines() if "error: " in line]
+    hints = [line for line in err.splitlines() if line.startswith("hint: ")]
+    assert len(errors) == 1 and len(hints) <= 1, err[-2000:]
+    for name in must_name:
+        assert name in errors[0], f"{name!r} not in {errors[0]!r}"
+
+
+@pytest.mark.parametrize(("argv", "must_name"), [c[1:] for c in FIT], ids=[c[0] for c in FIT])
+def test_fit(folder: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[Path], list[str]], must_name: list[str]) -> None:  # fmt: skip
+    words = argv(folder)
+    config = [] if "--config" in words else ["--config", str(folder / "tiny.yaml")]
+    assert_one_line(["fit", *config, *words], must_name, capsys)
+
+
+@pytest.mark.parametrize(("argv", "must_name"), [c[1:] for c in SUBCOMMANDS], ids=[c[0] for c in SUBCOMMANDS])
+def test_subcommand(
+    folder: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[Path], list[str]], must_name: list[str]
+) -> None:
+    words = argv(folder)
+    assert_one_line(words, must_name, capsys)
+    assert not list(folder.rglob("*.tmp")), "a half-written file was left behind"
+
+
+def test_mlflow_tracking_uri_from_the_environment(
+    folder: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "mlflow.db")
+    config = dict(TINY, trainer={k: v for k, v in TINY["trainer"].items() if k != "logger"})
+    (folder / "logged.yaml").write_text(yaml.safe_dump(config))
+    assert_one_line(["fit", "--config", str(folder / "logged.yaml")], ["MLFLOW_TRACKING_URI", "mlflow.db"], capsys)
