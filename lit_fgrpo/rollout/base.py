@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lit_fgrpo.errors import ConfigError
+
 
 @dataclass
 class SamplingConfig:
@@ -37,13 +39,13 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.n < 1:
-            raise ValueError(f"sampling.n must be >= 1, got {self.n}")
+            raise ConfigError(f"rollout.sampling.n must be >= 1, got {self.n}")
         if self.temperature <= 0:
-            raise ValueError(f"sampling.temperature must be > 0, got {self.temperature}")
+            raise ConfigError(f"rollout.sampling.temperature must be > 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"rollout.sampling.top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
-            raise ValueError(f"sampling.max_tokens must be >= 1, got {self.max_tokens}")
+            raise ConfigError(f"rollout.sampling.max_tokens must be >= 1, got {self.max_tokens}")
 
 
 @dataclass
