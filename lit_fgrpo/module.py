@@ -1,12 +1,9 @@
 """``FGRPOModule``: the policy, the frozen reference and the Lightning glue of the focal-weighted update.
 
-Its batch is a :class:`~lit_fgrpo.rollout.batch.PromptBatch` (``on_after_batch_transfer`` wraps the data module's
-``list[PromptRecord]``) to which the :class:`~lit_fgrpo.callbacks.RolloutCallback` attaches the scored
-:class:`~lit_fgrpo.rollout.batch.RolloutBatch`; ``training_step`` hands it to the Trainer-free
-:class:`~lit_fgrpo.update.PolicyUpdate` (advantages, mini-batches, micro-batch sums, optimizer steps) and logs what
-it returns. The policy (and the reference, LoRA, gradient checkpointing) is built in :meth:`configure_model`, under
-the strategy's init contexts (bf16 weights with ``precision="bf16-true"``); outside a Trainer the first access to
-:attr:`policy` builds it.
+``training_step`` hands the rollout that :class:`~lit_fgrpo.callbacks.RolloutCallback` attached to the batch to the
+Trainer-free :class:`~lit_fgrpo.update.PolicyUpdate` and logs what it returns. The policy (and the reference, LoRA,
+gradient checkpointing) is built in :meth:`configure_model`, under the strategy's init contexts (bf16 weights with
+``precision="bf16-true"``); outside a Trainer the first access to :attr:`policy` builds it.
 """
 
 from __future__ import annotations
@@ -216,7 +213,7 @@ class FGRPOModule(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # ------------------------------------------------------------------ what the callbacks read
+    # ------------------------------------------------------------------ what the callbacks read (RolloutConsumer)
     @property
     def pass_at_k_ks(self) -> list[int]:
         """The k values of pass@k logged in validation and test (``val_pass_at_k``), ascending."""
