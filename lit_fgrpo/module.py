@@ -1,52 +1,36 @@
-"""``FGRPOModule``: the policy, the frozen reference and the focal-weighted optimizer steps.
+"""``FGRPOModule``: the policy, the frozen reference and the Lightning glue of the focal-weighted update.
 
-The module is glue over typed seams. Its batch is a :class:`~lit_fgrpo.rollout.batch.PromptBatch`
-(``on_after_batch_transfer`` wraps the data module's ``list[PromptRecord]``); the
-:class:`~lit_fgrpo.callbacks.RolloutCallback` attaches the scored :class:`~lit_fgrpo.rollout.batch.RolloutBatch`
-to it in ``on_train_batch_start``, and ``training_step(batch)`` trains on ``batch.rollout`` through the public
-:meth:`FGRPOModule.step_on`. Advantages come from :func:`lit_fgrpo.objectives.group_advantages`, the loss from
-:func:`lit_fgrpo.objectives.policy_loss`, the micro-batch aggregation from :mod:`lit_fgrpo.objectives.aggregation`
-and the logged statistics from :mod:`lit_fgrpo.objectives.diagnostics`. All G samples of a prompt stay on one
-rank, so group statistics need no gather.
-
-The policy (and the reference, LoRA, gradient checkpointing) is built in :meth:`configure_model`, which Lightning
-calls under the strategy's init contexts (bf16 weights with ``precision="bf16-true"``); outside a Trainer the first
-access to :attr:`policy` builds it.
+``training_step`` hands the rollout that :class:`~lit_fgrpo.callbacks.RolloutCallback` attached to the batch to the
+Trainer-free :class:`~lit_fgrpo.update.PolicyUpdate` and logs what it returns. The policy (and the reference, LoRA,
+gradient checkpointing) is built in :meth:`configure_model`, under the strategy's init contexts (bf16 weights with
+``precision="bf16-true"``); outside a Trainer the first access to :attr:`policy` builds it.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lit_fgrpo.distributed import global_max, per_rank_mini_batch
-from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
-from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
-from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType, group_advantages
-from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation, token_divisor
-from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
+from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType
+from lit_fgrpo.objectives.aggregation import clip_range
 from lit_fgrpo.objectives.hparam_checks import check_module_args
-from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
-from lit_fgrpo.objectives.policy_loss import policy_loss
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer, save_policy
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
-from lit_fgrpo.rollout.scoring import eval_mode, train_mode
 from lit_fgrpo.timing import PhaseTimer
+from lit_fgrpo.update import ImportanceCorrection, PolicyUpdate, UpdateSettings
+from lit_fgrpo.update_handles import LightningCollectives, LightningOptimizerStep
 
 # The batch seam overrides on_after_batch_transfer on purpose while PromptDataModule (which does not) serves the
 # data; Lightning warns about every module hook of that kind. This one is by design.
@@ -122,7 +106,7 @@ class FGRPOModule(L.LightningModule):
         lora: LoraSettings | None = None,
         gradient_checkpointing: bool = False,
         logprob_chunk_rows: int = 64,
-        importance_correction: Literal["none", "token", "sequence"] = "none",
+        importance_correction: ImportanceCorrection = "none",
         importance_cap: float = 3.0,
         skip_zero_advantage: bool = True,
         val_pass_at_k: list[int] | None = None,
@@ -142,17 +126,24 @@ class FGRPOModule(L.LightningModule):
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
+        weight = group_weight if group_weight is not None else GroupWeight("focal", gamma=float(gamma))
+        self.update_settings = UpdateSettings(
+            loss_type=loss_type, epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=beta, group_weight=weight,
+            scale_rewards=scale_rewards, advantage_eps=advantage_eps, importance_correction=importance_correction,
+            importance_cap=importance_cap, num_iterations=num_iterations, mini_batch_prompts=mini_batch_prompts,
+            micro_batch_rows=micro_batch_rows, logprob_chunk_rows=logprob_chunk_rows, temperature=temperature,
+            skip_zero_advantage=skip_zero_advantage, max_grad_norm=max_grad_norm,
+        )  # fmt: skip
+        """The objective and batching settings of :meth:`policy_update`."""
         self.tokenizer = load_tokenizer(tokenizer or model or "")
         self.is_lora = lora is not None
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
         self._reference: list[nn.Module] = []
         self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
         self.timer = PhaseTimer()
-        """Wall time per phase of the current training batch, logged under ``time/`` in ``on_train_batch_end``.
-
-        The module times old_logprobs, ref_logprobs, forward, backward, optimizer and log; the rollout callback
-        times generate, reward and sync into the same timer (and an asynchronous rollout source adds ``wait``:
-        ``module.timer.add("wait", seconds)`` or ``with module.timer.phase("wait"): ...``)."""
+        """Wall time per phase of the current training batch, logged under ``time/`` in ``on_train_batch_end``: the
+        update's old_logprobs, ref_logprobs, forward, backward, optimizer and log; the rollout callback's generate,
+        reward and sync (an asynchronous source adds ``wait``: ``module.timer.add("wait", seconds)``)."""
 
     # ------------------------------------------------------------------ model
     @override
@@ -216,129 +207,17 @@ class FGRPOModule(L.LightningModule):
 
     @override
     def configure_optimizers(self) -> Any:
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(
-            params, lr=self.hp.lr, weight_decay=self.hp.weight_decay, betas=tuple(self.hp.adam_betas)
-        )
-        warmup = self.hp.warmup_steps
+        params, hp = [p for p in self.policy.parameters() if p.requires_grad], self.hp
+        optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay, betas=tuple(hp.adam_betas))
+        warmup = hp.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # ------------------------------------------------------------------ log-probs
-    def _logp(
-        self, model: torch.nn.Module, rollout: RolloutBatch, rows: Tensor, with_entropy: bool = False, width: int = 0
-    ) -> Any:
-        """Log-probs of ``rows``; ``width`` > 0 trims the completion to its first ``width`` columns (and the
-        prompt's all-padding leading columns of these rows), which changes no value: (b, width) out."""
-        ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]  # (b, Tp + T)
-        T = rollout.completion_length
-        if width:
-            ids, attn = trim_rows(ids, attn, T, width)  # (b, Tp' + width)
-            T = width
-        return completion_logprobs(
-            model,
-            ids,
-            attn,
-            T,
-            temperature=self.hp.temperature,
-            chunk_rows=max(1, len(rows)) if torch.is_grad_enabled() else self.hp.logprob_chunk_rows,
-            with_entropy=with_entropy,
-        )
-
-    @torch.no_grad()
-    def _old_logp(self, rollout: RolloutBatch) -> Tensor:
-        """(B, T) log-probs of the policy before this step's updates (eval mode: no dropout)."""
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        with self.timer.phase("old_logprobs"), eval_mode(self.policy):
-            return self._logp(self.policy, rollout, rows).logp
-
-    @torch.no_grad()
-    def _ref_logp(self, rollout: RolloutBatch) -> Tensor:
-        """(B, T) log-probs of the frozen reference (for LoRA: the policy with its adapters disabled)."""
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        with self.timer.phase("ref_logprobs"):
-            if self.is_lora:
-                with self.policy.disable_adapter(), eval_mode(self.policy):  # type: ignore[operator]
-                    return self._logp(self.policy, rollout, rows).logp
-            assert self.reference is not None
-            return self._logp(self.reference, rollout, rows).logp
-
-    # ------------------------------------------------------------------ training
-    @override
-    def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
-        """One RL step on the rollout that the rollout callback attached to ``batch``."""
-        return self.step_on(batch.take_rollout())
-
-    def step_on(self, rollout: RolloutBatch) -> Tensor:
-        """Train on one rollout: advantages, ``num_iterations`` passes of mini-batch optimizer steps, logging.
-
-        Needs the Trainer's optimizer (call it from ``training_step``); :meth:`backward_on` is the
-        Trainer-free piece. Returns the summed loss of all optimizer steps.
-        """
-        rollout = rollout.to(self.device)
-        P, G = rollout.num_prompts, rollout.group_size
-        advantages = self.advantages(rollout)  # (P, G)
-        flat_adv = advantages.reshape(-1)  # (B,)
-        mask = rollout.completion_mask  # (B, T)
-        world = self.trainer.world_size
-        prompts_per_step = per_rank_mini_batch(self.hp.mini_batch_prompts, world) or P
-        num_minibatches = math.ceil(P / prompts_per_step)
-        # In one pass with one optimizer step the live log-probs are the old ones: no extra forward (the
-        # importance weights, row-local, are then computed per micro-batch from the live log-probs).
-        needs_old = self.hp.num_iterations > 1 or num_minibatches > 1
-        train_old = self._old_logp(rollout) if needs_old else None  # (B, T)
-        ref_logp = self._ref_logp(rollout) if self.hp.beta > 0 else None  # (B, T)
-        is_weights = None
-        if self.hp.importance_correction != "none" and rollout.sampling_logp is not None and train_old is not None:
-            is_weights = truncated_importance_weights(
-                train_old, rollout.sampling_logp, mask, self.hp.importance_correction, self.hp.importance_cap
-            )  # (B, T) or (B, 1)
-        global_tokens = mask.sum()
-        if world > 1:
-            global_tokens = self.trainer.strategy.reduce(global_tokens, reduce_op="sum")
-        num_items = token_divisor(global_tokens, world, num_minibatches)
-
-        optimizer = self.optimizers()
-        scheduler = self.lr_schedulers()
-        assert isinstance(optimizer, LightningOptimizer)
-        assert isinstance(scheduler, torch.optim.lr_scheduler.LRScheduler)
-        pieces: list[dict[str, Tensor]] = []
-        trained_before = self.timer.total(("forward", "backward", "optimizer"))
-        for iteration in range(self.hp.num_iterations):
-            for first_prompt in range(0, P, prompts_per_step):
-                rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
-                with self.timer.phase("optimizer"):
-                    optimizer.zero_grad(set_to_none=True)
-                step_pieces = self._accumulate(
-                    rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items, entropy=iteration == 0
-                )
-                pieces.extend(step_pieces)
-                step_loss = torch.stack([p["loss"] for p in step_pieces]).sum() if step_pieces else None
-                with self.timer.phase("optimizer"):
-                    # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
-                    # Under DDP the gradients are all-reduced, so a non-finite loss on one rank makes every rank skip
-                    # (and, after max_nonfinite_skips in a row, stop) together: no rank waits in a collective.
-                    if not self.nonfinite_guard.check(self.global_step, step_loss, self.policy.named_parameters()):
-                        optimizer.zero_grad(
-                            set_to_none=True
-                        )  # no step, no scheduler step: the weights stay as they were
-                        continue
-                    if self.hp.max_grad_norm is not None:
-                        self.clip_gradients(optimizer.optimizer, gradient_clip_val=self.hp.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-        elapsed = self.timer.total(("forward", "backward", "optimizer")) - trained_before
-        num_steps = self.hp.num_iterations * num_minibatches
-        trained_tokens = sum(float(p["tokens"]) for p in pieces)
-        self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
-        with self.timer.phase("log"):
-            values = train_stats(pieces, num_steps, trained_tokens / max(elapsed, 1e-9))
-            values["train/nonfinite_skips"] = float(self.nonfinite_guard.num_skipped)
-            values |= global_rollout_stats(rollout, advantages, self.applied_group_weight)  # over all ranks
-            values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
-            self.log_dict(values, on_step=True, on_epoch=False, batch_size=P)
-            self.log("reward", values["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=P)
-        return torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
+    # ------------------------------------------------------------------ what the callbacks read (RolloutConsumer)
+    @property
+    def pass_at_k_ks(self) -> list[int]:
+        """The k values of pass@k logged in validation and test (``val_pass_at_k``), ascending."""
+        return list(self.pass_at_k.ks)
 
     # ------------------------------------------------------------------ RolloutConsumer
     @property
@@ -362,111 +241,52 @@ class FGRPOModule(L.LightningModule):
         return self.applied_group_weight
 
     @property
-    def applied_group_weight(self) -> GroupWeight:
+    def temperature(self) -> float:
+        """The sampling temperature the module trains with (its training logits are divided by it)."""
+        return float(self.update_settings.temperature)
+
+    @property
+    def importance_correction(self) -> ImportanceCorrection:
+        """The train/inference mismatch correction: ``"none"``, ``"token"`` or ``"sequence"``."""
+        return self.update_settings.importance_correction
+
+    @property
+    def group_weight(self) -> GroupWeight:
         """The per-group weight the advantages are multiplied by: ``group_weight``, else focal with ``gamma``."""
-        weight = self.hp.get("group_weight")
-        return GroupWeight(**weight) if weight is not None else GroupWeight("focal", gamma=float(self.hp.gamma))
+        return self.update_settings.group_weight
+
+    applied_group_weight = group_weight
+    """Alias of :attr:`group_weight` (its earlier name)."""
+
+    # ------------------------------------------------------------------ training
+    def policy_update(self) -> PolicyUpdate:
+        """The Trainer-free update over this module's policy, reference, settings, timer and non-finite guard."""
+        return PolicyUpdate(
+            self.policy, self.reference, self.update_settings, self.timer, self.nonfinite_guard, self.device
+        )
+
+    @override
+    def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
+        """One RL step on the rollout that the rollout callback attached to ``batch``: update, then log."""
+        collectives = LightningCollectives(self._trainer)
+        result = self.policy_update().step(batch.take_rollout(), LightningOptimizerStep(self), collectives)
+        with self.timer.phase("log"):
+            self.log_dict(result.metrics, on_step=True, on_epoch=False, batch_size=result.num_prompts)
+            reward = result.metrics["rollout/reward_mean"]
+            self.log("reward", reward, prog_bar=True, logger=False, batch_size=result.num_prompts)
+        return result.loss
 
     def advantages(self, rollout: RolloutBatch) -> Tensor:
-        """(P, G) group advantages of a rollout, weighted by :attr:`applied_group_weight`."""
-        return group_advantages(
-            rollout.rewards,
-            0.0,
-            self.hp.scale_rewards,
-            rollout.correct,
-            self.hp.advantage_eps,
-            group_weight=self.applied_group_weight,
-        ).to(self.device)
+        """(P, G) group advantages of a rollout, weighted by :attr:`group_weight`."""
+        return self.policy_update().advantages(rollout)
 
     def backward_on(self, rollout: RolloutBatch) -> list[dict[str, Tensor]]:
-        """Forward/backward of a whole rollout as one mini-batch (one pass, one step), without an optimizer step.
+        """Forward/backward of a whole rollout as one mini-batch, no optimizer step (also outside a Trainer).
 
-        Gradients accumulate in the policy's ``.grad``; usable outside a Trainer (tests, a user's own loop).
-        Returns the loss pieces of the micro-batches (see :func:`~lit_fgrpo.objectives.diagnostics.train_stats`).
+        Gradients accumulate in ``.grad``; returns the micro-batches' statistics (:meth:`PolicyUpdate.backward_on`).
         """
-        rollout = rollout.to(self.device)
-        flat_adv = self.advantages(rollout).reshape(-1)  # (B,)
-        ref_logp = self._ref_logp(rollout) if self.hp.beta > 0 else None  # (B, T)
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
-        num_items = token_divisor(rollout.completion_mask.sum(), 1, 1)
-        return self._accumulate(rollout, rows, flat_adv, None, ref_logp, None, num_items)
-
-    def _accumulate(
-        self,
-        rollout: RolloutBatch,
-        rows: Tensor,
-        flat_adv: Tensor,
-        train_old: Tensor | None,
-        ref_logp: Tensor | None,
-        is_weights: Tensor | None,
-        num_items: Tensor,
-        entropy: bool = True,
-    ) -> list[dict[str, Tensor]]:
-        """Forward/backward over micro-batches of one mini-batch; the losses add up to the mini-batch loss.
-
-        The micro-batches come from :func:`lit_fgrpo.micro_batches.plan_micro_batches` (zero-advantage rows left
-        out, rows sorted by length, each piece cut to its longest completion: the gradient is unchanged). The
-        policy runs in train mode here (gradient checkpointing and dropout apply) and in eval mode everywhere else.
-        ``entropy`` computes the logged entropy (the first pass only; ``train/entropy`` averages the pieces that
-        have it).
-        """
-        mask = rollout.completion_mask  # (B, T)
-        mb_rows, mb_tokens = len(rows), mask[rows].sum()
-        T = rollout.completion_length
-        lengths = rollout.attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
-        skip_zero = self.hp.skip_zero_advantage and self.hp.beta == 0
-        plan = plan_micro_batches(rows, flat_adv, lengths, self.hp.micro_batch_rows, skip_zero)
-        # DDP all-reduces gradients in every backward: every rank runs as many as the busiest one.
-        if self._trainer is not None and self.trainer.world_size > 1:
-            plan += padding_micro_batches(rows, global_max(len(plan)) - len(plan))
-        one_pass_weights = train_old is None and self.hp.importance_correction != "none"
-        pieces: list[dict[str, Tensor]] = []
-        for micro in plan:
-            chunk, width = micro.rows, micro.width
-            share_of = 0.0 if micro.padding else 1.0
-            cols = slice(0, width)
-            m = mask[chunk][:, cols]  # (b, w)
-            sampling_logp = rollout.sampling_logp[chunk][:, cols] if rollout.sampling_logp is not None else None
-            with self.timer.phase("forward"), train_mode(self.policy):
-                out = self._logp(self.policy, rollout, chunk, with_entropy=entropy, width=width)  # (b, w)
-                weights = is_weights[chunk][:, cols] if is_weights is not None else None  # (b, w) or (b, 1)
-                if one_pass_weights and sampling_logp is not None:
-                    weights = truncated_importance_weights(
-                        out.logp.detach(), sampling_logp, m, self.hp.importance_correction, self.hp.importance_cap
-                    )
-                agg = piece_aggregation(self.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
-                share = agg.share * share_of
-                loss, piece = policy_loss(
-                    out.logp,
-                    train_old[chunk][:, cols] if train_old is not None else None,
-                    flat_adv[chunk],
-                    m,
-                    agg.loss_type,
-                    self.epsilon,
-                    self.epsilon_high,
-                    ref_logp[chunk][:, cols] if ref_logp is not None else None,
-                    self.hp.beta,
-                    max_completion_length=rollout.max_completion_length,
-                    num_items=agg.num_items,
-                    importance_weights=weights,
-                )
-            with self.timer.phase("backward"), train_mode(self.policy):
-                if self._trainer is not None:
-                    self.manual_backward(loss * share)
-                else:  # used outside a Trainer (backward_on from a user's own loop or a test)
-                    (loss * share).backward()
-            if micro.padding:
-                continue  # no statistics
-            piece["loss"] = (loss * share).detach()
-            piece["tokens"] = m.sum()
-            if out.entropy is not None:
-                piece["entropy_sum"] = (out.entropy * m).sum()
-            if train_old is None and sampling_logp is not None:
-                # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
-                gap = (out.logp.detach() - sampling_logp).abs()  # (b, w)
-                piece["mismatch_sum"] = (gap * m).sum()
-            pieces.append(piece)
-        return pieces
+        backward = self.manual_backward if self._trainer is not None else Tensor.backward
+        return self.policy_update().backward_on(rollout, backward, LightningCollectives(self._trainer))
 
     @override
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
