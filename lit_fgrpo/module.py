@@ -219,27 +219,6 @@ class FGRPOModule(L.LightningModule):
         """The k values of pass@k logged in validation and test (``val_pass_at_k``), ascending."""
         return list(self.pass_at_k.ks)
 
-    # ------------------------------------------------------------------ RolloutConsumer
-    @property
-    def temperature(self) -> float:
-        """The temperature the training logits are divided by (the sampling temperature it trains with)."""
-        return float(self.hp.temperature)
-
-    @property
-    def pass_at_k_ks(self) -> list[int]:
-        """The k of the logged pass@k."""
-        return list(self.pass_at_k.ks)
-
-    @property
-    def importance_correction(self) -> str:
-        """The train/inference mismatch correction: "none", "token" or "sequence"."""
-        return str(self.hp.importance_correction)
-
-    @property
-    def group_weight(self) -> GroupWeight:
-        """The per-group weight the advantages are multiplied by (alias of :attr:`applied_group_weight`)."""
-        return self.applied_group_weight
-
     @property
     def temperature(self) -> float:
         """The sampling temperature the module trains with (its training logits are divided by it)."""
