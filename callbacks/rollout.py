@@ -76,7 +76,8 @@ class RolloutCallback(L.Callback):
 
     Args:
         engine: "hf" (the HF engine on the policy itself: its own sampling loop, or ``generate``), "hf_copy" (the
-            same on the engine's own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), or
+            same on the engine's own copy of the policy, for ``max_staleness > 0``), "vllm" (colocated vLLM), "vllm_server" (stock
+            ``vllm serve`` processes, launched or given by URL: :mod:`lit_fgrpo.rollout.servers`), or
             "auto" (vLLM when installed and it pays off: on a GPU; on a CPU only for models the HF engine's loop
             cannot run, from 10M parameters; else HF; see
             :func:`lit_fgrpo.rollout.select.auto_engine_kind`).
@@ -123,7 +124,7 @@ class RolloutCallback(L.Callback):
 
     def __init__(
         self,
-        engine: Literal["auto", "vllm", "hf", "hf_copy"] = "hf",
+        engine: Literal["auto", "vllm", "hf", "hf_copy", "vllm_server"] = "hf",
         sampling: SamplingConfig | None = None,
         val_samples: int = 16,
         val_temperature: float | None = None,
@@ -163,8 +164,10 @@ class RolloutCallback(L.Callback):
             raise ConfigError(
                 f"RolloutCallback.reward_isolation must be 'thread' or 'process', got {reward_isolation!r}"
             )
-        if engine not in ("auto", "vllm", "hf", "hf_copy"):
-            raise ValueError(f"RolloutCallback.engine must be 'auto', 'vllm', 'hf' or 'hf_copy', got {engine!r}")
+        if engine not in ("auto", "vllm", "hf", "hf_copy", "vllm_server"):
+            raise ValueError(
+                f"RolloutCallback.engine must be 'auto', 'vllm', 'hf', 'hf_copy' or 'vllm_server', got {engine!r}"
+            )
         names = reward_funcs or ["maze"]
         self._reward_funcs = [resolve_reward(name) for name in names]
         if reward_weights is not None and len(reward_weights) != len(names):

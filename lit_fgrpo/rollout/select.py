@@ -20,7 +20,7 @@ from torch import nn
 from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.decode import supports_own_loop
 
-EngineKind = Literal["auto", "vllm", "hf", "hf_copy"]
+EngineKind = Literal["auto", "vllm", "hf", "hf_copy", "vllm_server"]
 AUTO_VLLM_MIN_PARAMS = 10_000_000
 """Smallest policy (parameters) for which ``engine="auto"`` picks vLLM on a CPU, for models that the HF engine's
 own loop cannot run (see the module docstring)."""
@@ -68,7 +68,9 @@ def build_engine(
     Args:
         kind: ``"auto"`` = :func:`auto_engine_kind`; ``"vllm"`` requires vLLM; ``"hf"`` = the HF engine on the
             policy itself; ``"hf_copy"`` = the HF engine on a private copy of the policy
-            (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts).
+            (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts); ``"vllm_server"`` =
+            stock ``vllm serve`` processes (:class:`~lit_fgrpo.rollout.servers.engine.ServerEngine`, its options
+            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
         workdir: directory where the policy is saved for vLLM (required for vLLM).
@@ -81,11 +83,17 @@ def build_engine(
         ImportError: ``kind="vllm"`` without vLLM installed.
         ValueError: unknown ``kind``, no EOS id, or vLLM without ``workdir``.
     """
-    if kind not in ("auto", "vllm", "hf", "hf_copy"):
-        raise ValueError(f"engine kind must be 'auto', 'vllm', 'hf' or 'hf_copy', got {kind!r}")
+    if kind not in ("auto", "vllm", "hf", "hf_copy", "vllm_server"):
+        raise ValueError(f"engine kind must be 'auto', 'vllm', 'hf', 'hf_copy' or 'vllm_server', got {kind!r}")
     eos = eos_token_id if eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         raise ValueError("no EOS token id: pass eos_token_id or a tokenizer that defines one")
+    if kind == "vllm_server":
+        if workdir is None:
+            raise ValueError("the vllm_server engine needs a workdir to write the policy into")
+        from lit_fgrpo.rollout.servers.engine import ServerEngine
+
+        return ServerEngine.from_model(model, tokenizer, workdir, eos_token_id=int(eos), **vllm_kwargs)
     use_vllm = kind == "vllm" or (kind == "auto" and auto_engine_kind(model) == "vllm")
     if kind == "vllm" and not vllm_available():
         raise ImportError(_INSTALL_HINT)
