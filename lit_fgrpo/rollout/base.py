@@ -94,6 +94,24 @@ class RolloutEngine(ABC):
         The weight-sync check calls it at ``temperature=1``.
         """
 
+    def check_sync(
+        self,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        trainer_logprobs: list[torch.Tensor],
+        tolerance: float,
+        where: str,
+    ) -> float:
+        """The weight-sync check: ``max |score - trainer_logprobs|``, raising ``WeightSyncError`` beyond
+        ``tolerance``. An engine with several copies of the weights (servers) checks each of them."""
+        from lit_fgrpo.rollout.scoring import check_logprob_gap  # scoring imports this module
+
+        return check_logprob_gap(self.score(prompt_ids, completion_ids), trainer_logprobs, tolerance, where)
+
+    def last_push_metrics(self) -> dict[str, float]:
+        """Metrics of the last :meth:`sync_weights` to log with it (none by default)."""
+        return {}
+
     def sleep(self) -> None:  # noqa: B027 - an optional hook with a no-op default
         """Free accelerator memory for the optimizer step (no-op by default)."""
 

@@ -23,7 +23,7 @@ from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.collect import pad_id_of
 from lit_fgrpo.rollout.hf import HFEngine
-from lit_fgrpo.rollout.scoring import check_logprob_gap, policy_logprobs
+from lit_fgrpo.rollout.scoring import policy_logprobs
 from lit_fgrpo.rollout.select import EngineKind, build_engine
 
 Probe = tuple[list[list[int]], list[list[int]]]
@@ -92,7 +92,7 @@ class EngineSync:
         engine.wake_up()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
         start = time.perf_counter()
         engine.sync_weights(policy)
-        metrics = {"rollout/sync_seconds": time.perf_counter() - start}
+        metrics = {"rollout/sync_seconds": time.perf_counter() - start, **engine.last_push_metrics()}
         self.last_sync_step, self.stale = step, False
         # A failed check on one rank stops every rank with its message (not a hang in the next all-reduce).
         with fail_together(f"the weight sync at step {step}"):
@@ -121,7 +121,6 @@ class EngineSync:
             # the same weights, so the gap is 0 by construction and the probe is skipped.
             return 0.0
         prompts, completions = self.probe
-        engine_lp = self.engine.score(prompts, completions, temperature=1.0)
         trainer_lp = policy_logprobs(policy, prompts, completions, pad_id_of(tokenizer), temperature=1.0)
         where = f"RolloutCallback weight sync at step {step} (sync_tolerance)"
-        return check_logprob_gap(engine_lp, trainer_lp, self.sync_tolerance, where)
+        return self.engine.check_sync(prompts, completions, trainer_lp, self.sync_tolerance, where)

