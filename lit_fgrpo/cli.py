@@ -46,6 +46,9 @@ class FGRPOCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        from lit_fgrpo.distributed.strategy import check_strategy  # issue 24: FSDP1 refused, naming model_parallel
+
+        check_strategy(config.get("trainer", {}).get("strategy", "auto"))
         bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
         self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
 
