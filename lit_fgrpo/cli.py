@@ -62,6 +62,9 @@ class FGRPOCLI(LightningCLI):
 
         config = self.config[self.subcommand] if self.subcommand else self.config
         check_fit_config(config)  # mistakes across settings, before anything is built
+        from lit_fgrpo.distributed.strategy import check_strategy  # issue 24: FSDP1 refused, naming model_parallel
+
+        check_strategy(config.get("trainer", {}).get("strategy", "auto"))
         bars = default_progress_bar(config.get("trainer", {}))  # steps / max_steps, reward, pass@1
         self.trainer_defaults["callbacks"] = [*self.trainer_defaults.get("callbacks", []), *bars]
 

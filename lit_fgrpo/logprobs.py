@@ -101,6 +101,12 @@ def split_output_layer(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     ``disable_adapter()`` apply as in the model's own forward. Tied embeddings need nothing special: ``lm_head``
     is the module that holds the tied weight.
     """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        # FSDP2 gathers the root's weights (embeddings, lm_head) in the root's forward hooks: the split path would
+        # call the decoder and the head around them, so a sharded policy takes the plain path (issue 24)
+        return None
     wrapper: Any = model
     base: Any = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else wrapper  # PEFT -> HF model
     config = getattr(base, "config", None)

@@ -20,6 +20,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
+from lit_fgrpo.distributed.full_copy import save_sharded_policy
+from lit_fgrpo.distributed.strategy import shard_for_strategy
+from lit_fgrpo.distributed.weight_gather import is_sharded
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType
 from lit_fgrpo.objectives.aggregation import clip_range
@@ -172,6 +175,8 @@ class FGRPOModule(L.LightningModule):
         # Registered as the submodule "policy" (checkpoint keys `policy.*`); `add_module` would trip over the
         # `policy` property, which builds on first use.
         self._modules["policy"] = apply_lora(policy, hp.lora) if hp.lora is not None else policy
+        if self._trainer is not None:  # issue 24: FSDP1 refused; FSDP2 (model_parallel) shards policy and reference
+            shard_for_strategy(self.trainer.strategy, self.device_mesh, self._modules["policy"], self._reference)
 
     @property
     def policy(self) -> nn.Module:
@@ -316,12 +321,18 @@ class FGRPOModule(L.LightningModule):
     @override
     def on_fit_end(self) -> None:
         # After the callbacks' on_fit_end (Lightning's order), before the logger closes the run.
-        if self.hp.save_pretrained_dir and self.trainer.is_global_zero:
+        if self.hp.save_pretrained_dir and is_sharded(self.policy):  # issue 24: every rank gathers, rank 0 writes
+            self.save_pretrained(self.hp.save_pretrained_dir)
+        elif self.hp.save_pretrained_dir and self.trainer.is_global_zero:
             directory = self.save_pretrained(self.hp.save_pretrained_dir)
             # The run carries the weights it produced: the same files as the run's `policy/` artifacts.
             where = log_policy(self.logger, directory)
             rank_zero_info(f"policy saved to {directory}" + (f" and logged as {where}" if where else ""))
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Save the policy (LoRA merged into a copy) and the tokenizer, loadable by transformers unchanged."""
+        """Save the policy (LoRA merged into a copy) and the tokenizer, loadable by transformers unchanged.
+
+        A sharded (FSDP2) policy is gathered one tensor at a time: every rank must call this; rank 0 writes."""
+        if is_sharded(self.policy):  # issue 24
+            return save_sharded_policy(self.policy, self.tokenizer, directory, write=self.global_rank == 0)
         return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.is_lora)

@@ -15,9 +15,13 @@ from lit_fgrpo.distributed.reduction import (
     global_sum,
 )
 from lit_fgrpo.distributed.seeding import prompt_seed
+from lit_fgrpo.distributed.sharding import ShardingSettings, shard_policy
+from lit_fgrpo.distributed.strategy import FSDP2Strategy  # registers --trainer.strategy model_parallel
 from lit_fgrpo.distributed.weight_gather import full_tensor, is_sharded, iter_full_weights
 
 __all__ = [
+    "FSDP2Strategy",
+    "ShardingSettings",
     "RankFailure",
     "check_finite",
     "fail_together",
@@ -34,4 +38,5 @@ __all__ = [
     "per_rank_share",
     "prompt_seed",
     "raise_if_any_rank_failed",
+    "shard_policy",
 ]

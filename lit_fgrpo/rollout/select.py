@@ -73,7 +73,8 @@ def build_engine(
             policy itself; ``"hf_copy"`` = the HF engine on a private copy of the policy
             (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts); ``"vllm_server"`` =
             stock ``vllm serve`` processes (:class:`~lit_fgrpo.rollout.servers.engine.ServerEngine`, its options
-            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`).
+            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`). For a sharded
+            (FSDP2) policy both HF kinds give :class:`~lit_fgrpo.rollout.hf_gathered.GatheredHFEngine` (a gathered copy).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
         workdir: directory where the policy is saved for vLLM (required for vLLM).
@@ -109,6 +110,12 @@ def build_engine(
 
     pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
     pad_id = int(eos if pad is None else pad)
+    from lit_fgrpo.distributed.weight_gather import is_sharded
+
+    if is_sharded(model):  # FSDP2: the ranks cannot sample with the sharded policy itself (issue 24)
+        from lit_fgrpo.rollout.hf_gathered import GatheredHFEngine
+
+        return GatheredHFEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
     if kind == "hf_copy":
         from lit_fgrpo.rollout.hf_copy import HFCopyEngine
 

@@ -20,10 +20,13 @@ import lightning as L
 import torch
 
 from lit_fgrpo.cli import cli_main
+from lit_fgrpo.distributed.weight_gather import iter_full_weights
 from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
 
 
-def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step: int) -> dict[str, Any]:
+def config(
+    out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step: int, strategy: str = "ddp"
+) -> dict[str, Any]:
     """maze_tiny.yaml, self-contained and shortened: no checkpoints, no logger, no validation, a dense extra reward."""
     world = devices * num_nodes
     return {
@@ -32,7 +35,7 @@ def config(out: Path, devices: int, num_nodes: int, steps: int, prompts_per_step
             "accelerator": "cpu",
             "devices": devices,
             "num_nodes": num_nodes,
-            "strategy": "ddp" if world > 1 else "auto",
+            "strategy": strategy if world > 1 else "auto",
             "max_steps": steps,
             "limit_val_batches": 0,
             "logger": False,
@@ -143,7 +146,14 @@ class RecordPrompts(L.Callback):
         }
         (self.out / f"rank{rank}.json").write_text(json.dumps(summary))
         policy: Any = pl_module.policy
-        torch.save({k: v.detach().clone() for k, v in policy.state_dict().items()}, self.out / f"rank{rank}.pt")
+        # full weights under HF names, gathered one tensor at a time when sharded (every rank takes part)
+        full = {name: tensor.detach().clone() for name, tensor in iter_full_weights(policy)}
+        torch.save(full, self.out / f"rank{rank}.pt")
+        shards = {
+            name: {"dtensor": hasattr(p, "to_local"), "local": p.to_local().numel() if hasattr(p, "to_local") else 0}
+            for name, p in policy.named_parameters()
+        }
+        (self.out / f"rank{rank}.shards.json").write_text(json.dumps(shards))
 
 
 def this_rank(devices: int) -> int:
@@ -202,12 +212,15 @@ def main() -> None:
     parser.add_argument(
         "--flat-reward-rank", type=int, default=None, help="a rank whose groups all have zero advantage"
     )
+    parser.add_argument("--strategy", default="ddp", help="the strategy of a multi-rank run (ddp, model_parallel)")
+    parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (> 0: a frozen reference)")
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step)
+    settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step, args.strategy)
+    settings["model"]["beta"] = args.beta
     trainer, callbacks = settings["trainer"], settings["trainer"]["callbacks"]
     callbacks[0]["init_args"]["steps"] = args.warm_steps
     if args.ckpt_every:
