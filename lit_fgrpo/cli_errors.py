@@ -198,7 +198,7 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
     return None
 
 
-CLASS_FLAGS = {"FGRPOModule.": "--model.", "PromptDataModule.": "--data."}
+CLASS_FLAGS = {"FGRPOModule.": "--model.", "PromptDataModule.": "--data.", "RolloutCallback.": "--rollout."}
 """Messages of the module's and data module's own checks start with the class; the user knows the flag."""
 
 

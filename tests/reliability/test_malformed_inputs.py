@@ -23,9 +23,16 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence_tiny.csv"
 ROLLOUT = "lit_fgrpo.callbacks.RolloutCallback"
 
 
-def rollout(**init_args: Any) -> str:
-    """``--trainer.callbacks`` holding one RolloutCallback with ``init_args`` (JSON)."""
-    return json.dumps([{"class_path": ROLLOUT, "init_args": {"reward_funcs": ["maze"], **init_args}}])
+def rollout(**settings: Any) -> list[str]:
+    """``--rollout.*`` flags setting ``settings`` (``sampling`` by its fields, other values as JSON)."""
+    words = []
+    for key, value in settings.items():
+        if key == "sampling":
+            for field, inner in value.items():
+                words += [f"--rollout.sampling.{field}", json.dumps(inner)]
+        else:
+            words += [f"--rollout.{key}", value if isinstance(value, str) else json.dumps(value)]
+    return words
 
 
 def write(folder: Path, name: str, text: str | bytes) -> str:
@@ -59,33 +66,33 @@ FIT: list[Case] = [
     ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
     ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
-    ("group_size_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"n": 0})], ["(RolloutCallback)", "n"]),
-    ("max_tokens_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"max_tokens": 0})], ["max_tokens"]),
-    ("temperature_zero", lambda d: ["--trainer.callbacks", rollout(sampling={"temperature": 0})], ["temperature"]),
-    ("reward_unknown", lambda d: ["--trainer.callbacks", rollout(reward_funcs=["nope"])], ["unknown reward 'nope'"]),
-    ("reward_dotted", lambda d: ["--trainer.callbacks", rollout(reward_funcs=["no_mod:fn"])], ["no_mod:fn"]),
-    ("reward_weights", lambda d: ["--trainer.callbacks", rollout(reward_weights=[1.0, 2.0])], ["reward_weights"]),
-    ("engine_typo", lambda d: ["--trainer.callbacks", rollout(engine="vlm")], ["engine", "vlm"]),
-    ("isolation_typo", lambda d: ["--trainer.callbacks", rollout(reward_isolation="fork")], ["reward_isolation"]),
-    ("dynamic_rounds", lambda d: ["--trainer.callbacks", rollout(dynamic_sampling={"max_rounds": 0})], ["max_rounds"]),
+    ("group_size_zero", lambda d: [*rollout(sampling={"n": 0})], ["rollout.sampling.n"]),
+    ("max_tokens_zero", lambda d: [*rollout(sampling={"max_tokens": 0})], ["max_tokens"]),
+    ("temperature_zero", lambda d: [*rollout(sampling={"temperature": 0})], ["temperature"]),
+    ("reward_unknown", lambda d: [*rollout(reward_funcs=["nope"])], ["unknown reward 'nope'"]),
+    ("reward_dotted", lambda d: [*rollout(reward_funcs=["no_mod:fn"])], ["no_mod:fn"]),
+    ("reward_weights", lambda d: [*rollout(reward_weights=[1.0, 2.0])], ["reward_weights"]),
+    ("engine_typo", lambda d: [*rollout(engine="vlm")], ["engine", "vlm"]),
+    ("isolation_typo", lambda d: [*rollout(reward_isolation="fork")], ["reward_isolation"]),
+    ("dynamic_rounds", lambda d: [*rollout(dynamic_sampling={"max_rounds": 0})], ["max_rounds"]),
     (
         "dynamic_oversample",
-        lambda d: ["--trainer.callbacks", rollout(dynamic_sampling={"oversample": 0.5})],
+        lambda d: [*rollout(dynamic_sampling={"oversample": 0.5})],
         ["oversample"],
     ),
     (
         "val_samples_below_k",
-        lambda d: ["--trainer.callbacks", rollout(val_samples=2), "--model.val_pass_at_k", "[1, 4]"],
+        lambda d: [*rollout(val_samples=2), "--model.val_pass_at_k", "[1, 4]"],
         ["val_samples"],
     ),
     (
         "two_rollout_callbacks",
-        lambda d: ["--trainer.callbacks", json.dumps([json.loads(rollout())[0]] * 2)],
+        lambda d: ["--trainer.callbacks", json.dumps([{"class_path": ROLLOUT}] * 2)],
         ["RolloutCallback", "trainer.callbacks"],
     ),
     (
         "engine_kwargs_for_hf",
-        lambda d: ["--trainer.callbacks", rollout(engine="hf", engine_kwargs={"gpu_memory_utilization": 0.5})],
+        lambda d: [*rollout(engine="hf", engine_kwargs={"gpu_memory_utilization": 0.5})],
         ["engine_kwargs", "hf"],
     ),
     (

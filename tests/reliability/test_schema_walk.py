@@ -75,20 +75,32 @@ def test_every_argument_wrong_type(setup: tuple[Any, Path]) -> None:
 
 
 OUT_OF_RANGE = [
-    ("RolloutCallback", {"sampling": {"n": 0}}, "sampling.n must be >= 1, got 0"),
-    ("RolloutCallback", {"sampling": {"max_tokens": 0}}, "sampling.max_tokens must be >= 1, got 0"),
-    ("RolloutCallback", {"sampling": {"temperature": 0}}, "sampling.temperature must be > 0"),
-    ("RolloutCallback", {"sampling": {"top_p": 1.5}}, "sampling.top_p must be in (0, 1]"),
-    ("RolloutCallback", {"reward_funcs": ["maze"], "reward_weights": [1.0, 2.0]}, "reward_weights has 2 values"),
-    ("RolloutCallback", {"reward_funcs": ["no_such_reward"]}, "unknown reward 'no_such_reward'"),
-    ("RolloutCallback", {"reward_funcs": ["no_such.module:fn"]}, "no_such.module:fn"),
-    ("RolloutCallback", {"val_samples": 0}, "val_samples must be >= 1, got 0"),
-    ("RolloutCallback", {"dynamic_sampling": {"max_rounds": 0}}, "dynamic_sampling.max_rounds must be >= 1"),
     ("WarmStartCallback", {"steps": -1}, "steps must be >= 0, got -1"),
     ("WarmStartCallback", {"lr": -1.0}, "lr must be finite and > 0, got -1.0"),
     ("SampleTable", {"rows": 0}, "rows=0"),
     ("FocalFigureCallback", {"bins": 0}, "bins must be >= 1, got 0"),
 ]
+
+
+ROLLOUT_OUT_OF_RANGE = [
+    (["--rollout.sampling.n", "0"], "rollout.sampling.n must be >= 1, got 0"),
+    (["--rollout.sampling.n", "1"], "rollout.sampling.n (the group size G) must be >= 2"),
+    (["--rollout.sampling.max_tokens", "0"], "rollout.sampling.max_tokens must be >= 1, got 0"),
+    (["--rollout.sampling.temperature", "0"], "rollout.sampling.temperature must be > 0"),
+    (["--rollout.sampling.top_p", "1.5"], "rollout.sampling.top_p must be in (0, 1]"),
+    (["--rollout.reward_weights", "[1.0, 2.0]"], "reward_weights has 2 values"),
+    (["--rollout.reward_funcs", "[no_such_reward]"], "unknown reward 'no_such_reward'"),
+    (["--rollout.reward_funcs", "[no_such.module:fn]"], "no_such.module:fn"),
+    (["--rollout.val_samples", "0"], "val_samples must be >= 1, got 0"),
+    (["--rollout.sync_every", "0"], "sync_every must be >= 1, got 0"),
+    (["--rollout.max_staleness", "-1"], "max_staleness must be >= 0, got -1"),
+    (["--rollout.dynamic_sampling", '{"max_rounds": 0}'], "dynamic_sampling.max_rounds must be >= 1"),
+]
+
+
+@pytest.mark.parametrize(("words", "expected"), ROLLOUT_OUT_OF_RANGE, ids=[c[1][:32] for c in ROLLOUT_OUT_OF_RANGE])
+def test_rollout_value_out_of_range(setup: tuple[Any, Path], words: list[str], expected: str) -> None:
+    assert_one_line(error_lines(setup, words), ["rollout", expected])
 
 
 @pytest.mark.parametrize(
@@ -139,17 +151,16 @@ def tiny_with_callbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 @pytest.mark.parametrize(
     ("old", "new", "expected"),
     [
-        ("n: 8 ", "n: 0 ", "error: --trainer.callbacks[1] (RolloutCallback): sampling.n must be >= 1, got 0"),
+        ("n: 8 ", "n: 0 ", "error: rollout.sampling.n must be >= 1, got 0"),
         (
             "engine: hf",
             "engine: vlm",
-            "error: --trainer.callbacks[1] (RolloutCallback): engine: expected one of 'auto', 'vllm', 'hf', "
-            "'hf_copy', got vlm",
+            "error: --rollout.engine: expected one of 'auto', 'vllm', 'hf', 'hf_copy', 'vllm_server', got vlm",
         ),
         (
             "every_n_train_steps: 2",
             "every_n_train_steps: two",
-            "error: --trainer.callbacks[6] (ModelCheckpoint): every_n_train_steps: expected int or null, got two",
+            "error: --trainer.callbacks[5] (ModelCheckpoint): every_n_train_steps: expected int or null, got two",
         ),
     ],
     ids=["group_size_0", "engine_typo", "checkpoint_every_text"],
