@@ -14,7 +14,6 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
@@ -28,6 +27,7 @@ from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType
 from lit_fgrpo.objectives.aggregation import clip_range
 from lit_fgrpo.objectives.hparam_checks import check_module_args
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
+from lit_fgrpo.pass_at_k_steps import PassAtKSteps
 from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer, save_policy
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
@@ -42,7 +42,7 @@ warnings.filterwarnings("ignore", message=r".*`on_after_batch_transfer` in `Ligh
 _HALF_PRECISIONS = {"bf16-true": torch.bfloat16, "16-true": torch.float16}
 
 
-class FGRPOModule(L.LightningModule):
+class FGRPOModule(PassAtKSteps):
     """F-GRPO / F-DAPO / F-CISPO training of a causal LM on verifiable rewards.
 
     Args:
@@ -144,9 +144,7 @@ class FGRPOModule(L.LightningModule):
         self._reference: list[nn.Module] = []
         self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
         self.timer = PhaseTimer()
-        """Wall time per phase of the current training batch, logged under ``time/`` in ``on_train_batch_end``: the
-        update's old_logprobs, ref_logprobs, forward, backward, optimizer and log; the rollout callback's generate,
-        reward and sync (an asynchronous source adds ``wait``: ``module.timer.add("wait", seconds)``)."""
+        """Wall time per phase of the training batch (the update's and the rollout callback's), logged under ``time/``."""
 
     # ------------------------------------------------------------------ model
     @override
@@ -286,36 +284,6 @@ class FGRPOModule(L.LightningModule):
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.nonfinite_guard.load_state_dict(checkpoint.get("nonfinite_guard", {}))
-
-    # ------------------------------------------------------------------ validation
-    @override
-    def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        rollout = batch.take_rollout()
-        self.pass_at_k.update(rollout.correct)
-        reward = float(torch.nanmean(rollout.rewards))
-        self.log("val/reward_mean", reward, batch_size=rollout.num_prompts, sync_dist=True)
-
-    def _log_pass_at_k(self, split: str) -> None:
-        """Log ``{split}/pass_at_k`` accumulated over the epoch and reset (nothing when no problem was seen)."""
-        if float(self.pass_at_k.num_problems) == 0:
-            return
-        values = self.pass_at_k.compute()
-        assert isinstance(values, dict)  # built with a list of k
-        for name, value in values.items():
-            self.log(f"{split}/{name}", value.float(), prog_bar=split == "val" and name == "pass_at_1")
-        self.pass_at_k.reset()
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        self._log_pass_at_k("val")
-
-    @override
-    def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self.pass_at_k.update(batch.take_rollout().correct)
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self._log_pass_at_k("test")
 
     # ------------------------------------------------------------------ export
     @override
