@@ -34,6 +34,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.advantages import focal_weight, group_success_rate
 
 GroupWeightKind = Literal["focal", "maxrl", "band"]
@@ -97,10 +98,10 @@ class GroupWeight:
             return ((mu > self.low) & (mu < self.high)).to(mu.dtype)  # (P,)
         weights = torch.as_tensor(_load_dotted(self.kind, _ARG)(mu, torch.as_tensor(group_size)))
         if weights.shape != mu.shape:
-            raise ValueError(f"{_ARG}: {self.kind} returned shape {tuple(weights.shape)}, expected {tuple(mu.shape)}")
+            raise ConfigError(f"{_ARG}: {self.kind} returned shape {tuple(weights.shape)}, expected {tuple(mu.shape)}")
         weights = weights.to(torch.float64)
         if not torch.isfinite(weights).all() or (weights < 0).any():
-            raise ValueError(f"{_ARG}: {self.kind} must return finite weights >= 0, got {weights.tolist()}")
+            raise ConfigError(f"{_ARG}: {self.kind} must return finite weights >= 0, got {weights.tolist()}")
         return weights
 
     @property

@@ -50,6 +50,11 @@ def check_module_numbers(args: Mapping[str, Any]) -> None:
         )
     if epsilon_high is not None and epsilon_high < 0:
         raise ConfigError(f"--model.epsilon_high must be >= 0, got {epsilon_high}")
+    if epsilon is not None and epsilon_high is not None and epsilon_high < epsilon:
+        raise ConfigError(
+            f"--model.epsilon_high={epsilon_high} is below --model.epsilon={epsilon}: the clip range's upper side "
+            "1 + epsilon_high would be narrower than its lower one (the asymmetric clip widens the upper side)"
+        )
     betas = args.get("adam_betas")
     if betas is not None:
         if len(betas) != 2:
