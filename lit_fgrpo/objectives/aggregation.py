@@ -16,25 +16,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from lit_fgrpo.objectives.policy_loss import LossType
-
-LOSS_PRESETS: dict[str, tuple[float, float]] = {
-    "grpo": (0.2, 0.2),
-    "bnpo": (0.2, 0.2),
-    "dr_grpo": (0.2, 0.2),
-    "dapo": (0.2, 0.28),
-    "cispo": (1.0, 5.0),
-    "gspo": (3e-4, 4e-4),
-}
-"""Clip defaults ``(epsilon, epsilon_high)`` per loss type (paper Table 5): GRPO symmetric 0.2, DAPO clip-higher,
-CISPO importance weight in [0, 6]; GSPO clips its sequence-level ratio to [1 - 3e-4, 1 + 4e-4] (GSPO paper §5.1, TRL's
-recommended values). A loss type without an entry uses GRPO's."""
+from lit_fgrpo.objectives.loss_types import LossType, loss_spec
 
 
 def clip_range(loss_type: str, epsilon: float | None, epsilon_high: float | None) -> tuple[float, float]:
-    """``(epsilon, epsilon_high)``: the given values, else the loss type's preset."""
-    low, high = LOSS_PRESETS.get(loss_type, LOSS_PRESETS["grpo"])
-    return (low if epsilon is None else epsilon, high if epsilon_high is None else epsilon_high)
+    """``(epsilon, epsilon_high)``: the given values, else the loss type's defaults in its table entry."""
+    spec = loss_spec(loss_type)
+    return (spec.epsilon if epsilon is None else epsilon, spec.epsilon_high if epsilon_high is None else epsilon_high)
 
 
 def token_divisor(global_tokens: Tensor, world_size: int, num_minibatches: int) -> Tensor:
@@ -66,8 +54,9 @@ def piece_aggregation(
         minibatch_tokens: active completion tokens of the whole mini-batch (the bnpo divisor).
         num_items: :func:`token_divisor` of the generation batch (the dapo/cispo divisor).
     """
-    if loss_type in ("grpo", "dr_grpo", "gspo"):
+    aggregation = loss_spec(loss_type).aggregation
+    if aggregation in ("sequence_mean", "fixed_length"):  # per-sequence: the rows' share of the mini-batch
         return PieceAggregation(loss_type, None, piece_rows / minibatch_rows)
-    if loss_type == "bnpo":
+    if aggregation == "batch_tokens":  # the mini-batch's own token count, passed as dapo's divisor
         return PieceAggregation("dapo", minibatch_tokens, 1.0)
     return PieceAggregation(loss_type, num_items, 1.0)

@@ -25,15 +25,13 @@ TRL instead uses an absolute cap ``min(w, epsilon_high_trl)``. The two agree whe
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
 from lit_fgrpo.objectives.kl import kl_k3
+from lit_fgrpo.objectives.loss_types import LOSS_TYPES, LossType, loss_spec
 
-LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"]
-LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo")
+__all__ = ["LOSS_TYPES", "LossType", "aggregate_tokens", "policy_loss"]
 
 
 def _check(
@@ -48,8 +46,7 @@ def _check(
     beta: float,
     max_completion_length: int | None,
 ) -> None:
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"policy_loss: loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    spec = loss_spec(loss_type, "policy_loss: loss_type")
     if logp.dim() != 2:
         raise ValueError(f"policy_loss: logp must be (B, T), got shape {tuple(logp.shape)}")
     if mask.shape != logp.shape:
@@ -68,7 +65,7 @@ def _check(
         raise ValueError("policy_loss: beta > 0 needs ref_logp (the reference model's log-probs)")
     if ref_logp is not None and ref_logp.shape != logp.shape:
         raise ValueError(f"policy_loss: ref_logp shape {tuple(ref_logp.shape)} != logp shape {tuple(logp.shape)}")
-    if loss_type == "dr_grpo" and (max_completion_length is None or max_completion_length < 1):
+    if spec.aggregation == "fixed_length" and (max_completion_length is None or max_completion_length < 1):
         raise ValueError("policy_loss: loss_type='dr_grpo' needs max_completion_length >= 1 (the L_max normaliser)")
 
 
@@ -81,11 +78,12 @@ def aggregate_tokens(
 ) -> Tensor:
     """Reduce a (B, T) per-token loss to a scalar exactly as TRL 1.16 does for ``loss_type``."""
     masked = per_token * mask  # (B, T); a gspo per-sequence (B, 1) loss broadcasts
-    if loss_type in ("grpo", "gspo"):
+    aggregation = loss_spec(loss_type, "aggregate_tokens: loss_type").aggregation
+    if aggregation == "sequence_mean":
         return (masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)).mean()
-    if loss_type == "bnpo":
+    if aggregation == "batch_tokens":
         return masked.sum() / mask.sum().clamp(min=1.0)
-    if loss_type == "dr_grpo":
+    if aggregation == "fixed_length":
         assert max_completion_length is not None
         return masked.sum() / (per_token.shape[0] * max_completion_length)
     denom = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=per_token.dtype)
@@ -131,17 +129,18 @@ def policy_loss(
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
     _check(logp, old_logp, advantages, mask, loss_type, epsilon, eps_high, ref_logp, beta, max_completion_length)
+    spec = loss_spec(loss_type, "policy_loss: loss_type")
     mask = mask.to(logp.dtype)
     if old_logp is None:
         old_logp = logp.detach()
-    if loss_type == "gspo":  # one length-normalised ratio per sequence
+    if spec.sequence_ratio:  # one length-normalised ratio per sequence
         seq_log_ratio = ((logp - old_logp) * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
         ratio = torch.exp(seq_log_ratio).unsqueeze(1)  # (B, 1)
     else:
         ratio = torch.exp(logp - old_logp)  # (B, T)
     adv = advantages.to(logp.dtype).unsqueeze(1)  # (B, 1)
     clipped_ratio = torch.clamp(ratio, 1.0 - epsilon, 1.0 + eps_high)  # (B, T) or (B, 1)
-    if loss_type == "cispo":
+    if spec.cispo_surrogate:
         per_token = -clipped_ratio.detach() * adv * logp  # (B, T)
     else:
         per_token = -torch.min(ratio * adv, clipped_ratio * adv)  # (B, T) or (B, 1)
