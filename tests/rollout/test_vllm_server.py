@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from torch import nn
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, policy_logprobs
 from lit_fgrpo.rollout.servers import ServerError
+from lit_fgrpo.rollout.servers import process as process_module
 from lit_fgrpo.rollout.servers.engine import ServerEngine
 from lit_fgrpo.rollout.servers.fleet import Fleet
 from lit_fgrpo.rollout.servers.weights import cpu_state_dict
@@ -221,11 +223,19 @@ def test_close_leaves_no_server_process(engine: ServerEngine) -> None:
         engine.generate(PROMPTS[:1], SAMPLING, SEEDS[:1])
 
 
-def test_a_server_that_is_not_healthy_in_time_is_one_line_naming_url_and_log(policy: nn.Module, tmp_path: Path) -> None:
+def test_a_server_that_is_not_healthy_in_time_is_one_line_naming_url_and_log(
+    policy: nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    launched: list[int] = []  # process groups this test starts (each server leads its own), not the fixture's
+
+    class RecordingPopen(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            launched.append(self.pid)
+
+    monkeypatch.setattr(process_module.subprocess, "Popen", RecordingPopen)
     with pytest.raises(ServerError) as err:
         ServerEngine.from_model(policy, tiny_tokenizer(), tmp_path, eos_token_id=EOS, launch=1, startup_timeout_s=1)
     message = str(err.value)
     assert "\n" not in message and "http://127.0.0.1:" in message and str(tmp_path / "server-0.log") in message
-    import psutil
-
-    assert not [c for c in psutil.Process().children(recursive=True) if "servers.launch" in " ".join(c.cmdline())]
+    assert len(launched) == 1 and group_pids(launched, settle_s=5.0) == []
