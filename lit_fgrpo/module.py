@@ -130,6 +130,7 @@ class FGRPOModule(PassAtKSteps):
         self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
         self.hparams["lora"] = dataclasses.asdict(lora) if lora is not None else None
         self.lora = lora  # checked settings; None: the full policy is trained
+        self.is_lora = lora is not None
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
