@@ -237,6 +237,33 @@ SUBCOMMANDS: list[Case] = [
         lambda d: ["maze-sweep", "--tracking_uri", "mlflow.db", "--out_dir", str(d / "o")],
         ["--tracking_uri"],
     ),  # fmt: skip
+    (
+        "sweep_group_size_1",
+        lambda d: ["maze-sweep", "--group_sizes", "[1]", "--out_dir", str(d / "o")],
+        ["--group_sizes"],
+    ),
+    ("sweep_gamma_negative", lambda d: ["maze-sweep", "--gammas", "[-1]", "--out_dir", str(d / "o")], ["--gammas"]),
+    ("sweep_accelerator", lambda d: ["maze-sweep", "--accelerator", "tpu9", "--out_dir", str(d / "o")], ["tpu9"]),
+    (
+        "sweep_top_fraction",
+        lambda d: ["maze-sweep", "--dnll_top_fraction", "2", "--out_dir", str(d / "o")],
+        ["--dnll_top_fraction"],
+    ),
+    (
+        "sweep_prompts_zero",
+        lambda d: ["maze-sweep", "--prompts_per_step", "0", "--out_dir", str(d / "o")],
+        ["--prompts"],
+    ),
+    (
+        "sweep_lr_negative",
+        lambda d: ["maze-sweep", "--warm_start_lr", "-1", "--out_dir", str(d / "o")],
+        ["--warm_start_lr"],
+    ),
+    (
+        "sweep_time_negative",
+        lambda d: ["maze-sweep", "--time_budget_s", "-1", "--out_dir", str(d / "o")],
+        ["--time_budget_s"],
+    ),
     ("sweep_unknown_flag", lambda d: ["maze-sweep", "--no_such", "1"], ["--no_such"]),
     ("sweep_rl_steps_text", lambda d: ["maze-sweep", "--rl_steps", "x"], ["--rl_steps"]),
 ]
@@ -320,6 +347,7 @@ def test_subcommand(
     words = argv(folder)
     assert_one_line(words, must_name, capsys)
     assert not list(folder.rglob("*.tmp")), "a half-written file was left behind"
+    assert not (folder / "o" / "sweep_config.json").exists(), "a refused sweep wrote its settings"
 
 
 def test_mlflow_tracking_uri_from_the_environment(
