@@ -156,7 +156,9 @@ def compare_settings(saved: dict[str, Any], config: dict[str, Any], prefix: str,
     return differences
 
 
-def resolve_resume(ckpt_path: str, trainer: Any, model_config: Any = None, data_config: Any = None) -> str | None:
+def resolve_resume(
+    ckpt_path: str, trainer: Any, model_config: Any = None, data_config: Any = None, subcommand: str = "fit"
+) -> str | None:
     """Check the checkpoint a run resumes from and return the file to pass to ``trainer.fit(ckpt_path=...)``.
 
     Args:
@@ -165,6 +167,8 @@ def resolve_resume(ckpt_path: str, trainer: Any, model_config: Any = None, data_
         trainer: The trainer (for its checkpoint folders).
         model_config: The config's model init arguments, compared with the checkpoint's ``hyper_parameters``.
         data_config: The config's data init arguments, compared with ``datamodule_hyper_parameters``.
+        subcommand: ``fit`` starts from scratch when ``"last"`` finds no checkpoint; ``validate`` and ``test``
+            refuse (they would evaluate an untrained policy).
 
     Returns:
         The checkpoint file, or ``None`` for ``"last"`` when no checkpoint exists yet (a fresh start, logged).
@@ -181,6 +185,12 @@ def resolve_resume(ckpt_path: str, trainer: Any, model_config: Any = None, data_
             if any(folder.is_dir() and any(folder.glob("*.ckpt")) for folder in folders):
                 names = ", ".join(str(f) for f in folders)
                 raise CheckpointError(f"--ckpt_path last: no readable checkpoint in {names}")
+            if subcommand != "fit":
+                where = f"in {', '.join(str(f) for f in folders)}" if folders else "(no ModelCheckpoint folder)"
+                raise CheckpointError(
+                    f"--ckpt_path last: no checkpoint to {subcommand} {where}",
+                    hint="give the checkpoint file: --ckpt_path path/to/last.ckpt",
+                )
             notice(log, "--ckpt_path last: no checkpoint in %s yet; starting from scratch", [str(f) for f in folders])
             return None
         path, checkpoint = found

@@ -99,7 +99,11 @@ class FGRPOCLI(LightningCLI):
         ckpt_path = init.get("ckpt_path")
         if ckpt_path:
             init["ckpt_path"] = resolve_resume(
-                ckpt_path, self.trainer, self.config[subcommand].get("model"), self.config[subcommand].get("data")
+                ckpt_path,
+                self.trainer,
+                self.config[subcommand].get("model"),
+                self.config[subcommand].get("data"),
+                subcommand=subcommand,
             )
 
 
@@ -174,7 +178,8 @@ def _run_fit_cli(words: list[str], debug: bool, from_argv: bool) -> int:
         message = None if debug else user_error_message(err, config_paths(words))
         if message is None:
             raise
-        print(message, file=sys.stderr)
+        subcommand = words[0] if words and words[0] in COMMANDS else "fit"
+        print(message.replace("`lit-fgrpo fit ", f"`lit-fgrpo {subcommand} "), file=sys.stderr)
         return 2
     return 0
 

@@ -85,10 +85,40 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         current = current.__cause__
 
 
-def _argument_error(err: BaseException) -> tuple[str, str | None]:
+def file_with_key(key: str, paths: Sequence[str]) -> str | None:
+    """The first of the YAML ``paths`` that sets the dotted ``key`` (``model.nosuch``), if any."""
+    import yaml
+
+    for name in paths:
+        try:
+            node = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None or _sets_null(name, key):
+            return name
+    return None
+
+
+def _sets_null(name: str, key: str) -> bool:
+    # A key set to null (``model: {nosuch: }``) is still the culprit: look for its last part in the text.
+    try:
+        return (
+            re.search(rf"^\s*{re.escape(key.rsplit('.', 1)[-1])}\s*:", Path(name).read_text(), flags=re.M) is not None
+        )
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str, str | None]:
     message = str(getattr(err, "message", None) or err)
     if message.startswith("Problems parsing config"):
         return f"config: {message.split(':', 1)[1]}", None
+    unknown = re.search(r"does not accept option '([^']+)'", message)
+    where = file_with_key(unknown.group(1), paths) if unknown else None
+    if unknown and where:
+        return f"{where}: {unknown.group(1)} is not a setting ({message})", _HELP_HINT
     found = explain(err)
     owner = next((key[1:-1] for key in found.keys if key.startswith("(")), None)
     if re.search(r"has no attribute|No module named|does not exist|not found", found.message):
@@ -180,7 +210,7 @@ def _classify(err: BaseException, paths: Sequence[str]) -> tuple[str, str | None
     if isinstance(err, UserError):
         return str(err), err.hint
     if isinstance(err, argparse.ArgumentError):
-        return _argument_error(err)
+        return _argument_error(err, paths)
     wrapped = _init_value_error(err) or _model_type_error(err)
     if wrapped is not None:
         return wrapped

@@ -22,6 +22,7 @@ from typing_extensions import override
 from lit_fgrpo.distributed.full_copy import save_sharded_policy
 from lit_fgrpo.distributed.strategy import shard_for_strategy
 from lit_fgrpo.distributed.weight_gather import is_sharded
+from lit_fgrpo.lora import lora_settings
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType
 from lit_fgrpo.objectives.aggregation import clip_range
@@ -121,11 +122,15 @@ class FGRPOModule(PassAtKSteps):
         super().__init__()
         if isinstance(group_weight, dict):  # as stored in a checkpoint's hyperparameters
             group_weight = GroupWeight(**group_weight)
+        lora = lora_settings(lora)  # a mapping from YAML, LightningCLI's hparams or a checkpoint; checked
         check_module_args(locals())
         self.nonfinite_guard = NonFiniteGuard(max_nonfinite_skips)
         self.save_hyperparameters()
         # Stored as a plain dict: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
         self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
+        self.hparams["lora"] = dataclasses.asdict(lora) if lora is not None else None
+        self.lora = lora  # checked settings; None: the full policy is trained
+        self.is_lora = lora is not None
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
@@ -139,7 +144,6 @@ class FGRPOModule(PassAtKSteps):
         )  # fmt: skip
         """The objective and batching settings of :meth:`policy_update`."""
         self.tokenizer = load_tokenizer(tokenizer or model or "")
-        self.is_lora = lora is not None
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
         self._reference: list[nn.Module] = []
         self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
@@ -166,13 +170,13 @@ class FGRPOModule(PassAtKSteps):
             policy.gradient_checkpointing_enable(  # type: ignore[operator]
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
-        if hp.beta > 0 and not self.is_lora:
+        if hp.beta > 0 and self.lora is None:
             reference = copy.deepcopy(policy).eval()
             reference.requires_grad_(False)
             self._reference.append(reference)
         # Registered as the submodule "policy" (checkpoint keys `policy.*`); `add_module` would trip over the
         # `policy` property, which builds on first use.
-        self._modules["policy"] = apply_lora(policy, hp.lora) if hp.lora is not None else policy
+        self._modules["policy"] = apply_lora(policy, self.lora) if self.lora is not None else policy
         if self._trainer is not None:  # issue 24: FSDP1 refused; FSDP2 (model_parallel) shards policy and reference
             shard_for_strategy(self.trainer.strategy, self.device_mesh, self._modules["policy"], self._reference)
 
@@ -303,4 +307,4 @@ class FGRPOModule(PassAtKSteps):
         A sharded (FSDP2) policy is gathered one tensor at a time: every rank must call this; rank 0 writes."""
         if is_sharded(self.policy):  # issue 24
             return save_sharded_policy(self.policy, self.tokenizer, directory, write=self.global_rank == 0)
-        return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.is_lora)
+        return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.lora is not None)

@@ -1,4 +1,7 @@
-"""Building the policy, its tokenizer and the optional LoRA wrapper from settings; saving them for transformers."""
+"""Building the policy and its tokenizer from settings; saving them for transformers.
+
+The optional LoRA wrapper lives in :mod:`lit_fgrpo.lora`; ``LoraSettings`` and ``apply_lora`` are re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +9,15 @@ import copy
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from lit_fgrpo.lora import LoraSettings, apply_lora
+
 BUILTIN_MAZE_TOKENIZER = "builtin:maze"
-
-
-@dataclass
-class LoraSettings:
-    """PEFT LoRA settings for the policy (the reference model is the base with adapters disabled)."""
-
-    r: int = 16
-    """LoRA rank."""
-    alpha: int = 32
-    """LoRA scaling numerator (lora_alpha)."""
-    dropout: float = 0.0
-    """Dropout on the LoRA branch."""
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    """Module names that receive adapters."""
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -88,20 +78,6 @@ def _seeded(seed: int) -> Iterator[None]:
         yield
 
 
-def apply_lora(policy: nn.Module, lora: LoraSettings) -> nn.Module:
-    """Wrap ``policy`` with PEFT LoRA adapters; only adapter weights stay trainable."""
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(policy, config)  # type: ignore[arg-type]
-
-
 def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_lora: bool = False) -> Path:
     """Save ``policy`` (with ``merge_lora``, its LoRA adapters merged into a copy) and ``tokenizer`` to
     ``directory``, loadable by transformers unchanged; returns the directory.
@@ -125,3 +101,6 @@ def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_
             hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(directory)
     return directory
+
+
+__all__ = ["BUILTIN_MAZE_TOKENIZER", "LoraSettings", "apply_lora", "build_policy", "load_tokenizer", "save_policy"]

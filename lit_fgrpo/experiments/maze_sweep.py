@@ -38,6 +38,7 @@ from lit_fgrpo.cli_errors import precheck_config_files, subcommand_error
 from lit_fgrpo.experiments.arms_words import check_config_arms, quote_arms
 from lit_fgrpo.experiments.rare_pool import build_rare_pool
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
+from lit_fgrpo.experiments.sweep_checks import check_sweep_settings
 from lit_fgrpo.experiments.sweep_report import (
     combine,
     log_arm,
@@ -54,7 +55,6 @@ from lit_fgrpo.experiments.sweep_state import (
     read_json,
     write_json,
 )
-from lit_fgrpo.mlflow_logging import check_tracking_uri
 from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.progress import progress
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
@@ -169,7 +169,7 @@ def run_maze_sweep(
     settings = dict(locals())
     arm_list = [Arm.parse(a) for a in arms] if arms else [Arm(n, float(g)) for n in group_sizes for g in gammas]
     steps = sorted({*milestones, rl_steps})
-    _check_settings(settings, arm_list, steps)
+    check_sweep_settings(settings, arm_list, steps)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_or_write_config(out, settings)
@@ -334,27 +334,6 @@ def _warm_start(
     write_json(info_path, info)
     log.info("seed %d warm start %.0f s, test %s", seed, seconds, metrics)
     return info
-
-
-def _check_settings(s: dict[str, Any], arms: list[Arm], steps: list[int]) -> None:
-    """Reject bad settings up front, naming the flag."""
-    if any(k > s["eval_samples"] for k in s["ks"]):
-        raise ValueError(f"--ks: every k in {list(s['ks'])} must be <= --eval_samples={s['eval_samples']}")
-    if not arms or not s["seeds"]:
-        raise ValueError("--arms (or --group_sizes x --gammas) and --seeds must not be empty")
-    if steps[0] < 1:
-        raise ValueError(f"--rl_steps and --milestones must be >= 1, got {steps}")
-    if any(m > s["rl_steps"] for m in s["milestones"]):
-        raise ValueError(f"--milestones {list(s['milestones'])} must not exceed --rl_steps={s['rl_steps']}")
-    if s["init_from"] and len(s["seeds"]) > 1:
-        raise ValueError("--init_from loads one seed's warm start; give a single --seeds value with it")
-    if s["tracking_uri"] is not None and s["tracking_uri"].lower() != "none":
-        check_tracking_uri(s["tracking_uri"], "--tracking_uri")
-    if s["ckpt_every"] < 1:
-        raise ValueError(f"--ckpt_every must be >= 1, got {s['ckpt_every']}")
-    if s["token_budget"] is not None and (s["token_budget"] < 1 or s["milestones"]):
-        raise ValueError(f"--token_budget must be >= 1 and used without --milestones, got {s['token_budget']} "
-                         f"with milestones {list(s['milestones'])}")  # fmt: skip
 
 
 def _load_weights(folder: Path) -> dict[str, torch.Tensor]:

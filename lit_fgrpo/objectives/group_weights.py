@@ -110,6 +110,17 @@ class GroupWeight:
         return self.kind == "focal" and self.gamma == 0
 
 
+def weighted_rates(weight: GroupWeight, group_size: int) -> list[float]:
+    """The success rates ``k / G`` (0 < k < G) of a group of ``group_size`` G that ``weight`` gives a weight > 0.
+
+    Groups with no success or all successes have advantage 0 anyway; an empty list means no group of that size
+    can ever contribute (a ``band`` between two neighbouring ``k / G``, a user weight that is 0 there).
+    """
+    rates = torch.arange(1, group_size, dtype=torch.float64) / group_size  # (G - 1,)
+    weights = weight(rates, torch.full_like(rates, group_size, dtype=torch.int64))  # (G - 1,)
+    return [float(rate) for rate, w in zip(rates.tolist(), weights.tolist(), strict=True) if w > 0]
+
+
 def group_weight_values(rewards: Tensor, weight: GroupWeight, success: Tensor | None = None) -> Tensor:
     """The weight of each group of ``rewards`` (P, G), as :func:`group_advantages` applies it; (P,) float64.
 

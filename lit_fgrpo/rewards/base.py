@@ -97,6 +97,7 @@ def run_reward(
     timeout: float | None = None,
     isolation: Isolation = "thread",
     counts: dict[str, int] | None = None,
+    group_size: int | None = None,
 ) -> tuple[list[float | None], int]:
     """Call ``fn`` on the batch; if it raises or times out, retry row by row so that only failing rows get ``None``.
 
@@ -109,6 +110,8 @@ def run_reward(
         isolation: ``"thread"`` or ``"process"`` (see :mod:`lit_fgrpo.rewards.guarded_call`); ``"process"`` forks a
             worker with or without a timeout, so a function that kills its process only costs its rows.
         counts: If given, receives ``"nonfinite"`` and ``"timed_out"`` row counts.
+        group_size: Completions per prompt (rows ``p * G`` to ``p * G + G - 1`` belong to prompt ``p``); when given,
+            the warning names the prompt indices of the failing rows too.
 
     Returns:
         The (B,) scores and the number of ``None`` rows (raised, ``None``, non-finite, timed out or crashed).
@@ -136,13 +139,15 @@ def run_reward(
                 num_timed_out += isinstance(row_error, RewardTimeout | RewardCrash)
         num_raised = sum(score is None for score in scores)
         if last_error is not None:
+            of_prompts = f" of prompts {_rows(sorted({i // group_size for i in failed_rows}))}" if group_size else ""
             notice(
                 log,
-                "reward %r failed on %d of %d completions, rows %s (%d timed out or crashed; last: %r): unscorable",
+                "reward %r failed on %d of %d completions, rows %s%s (%d timed out or crashed; last: %r): unscorable",
                 name,
                 num_raised,
                 len(prompts),
                 _rows(failed_rows),
+                of_prompts,
                 num_timed_out,
                 last_error,
             )
@@ -177,6 +182,7 @@ def score_completions(
     correct_threshold: float = 0.5,
     reward_timeout: float | None = None,
     reward_isolation: Isolation = "thread",
+    group_size: int | None = None,
 ) -> RewardResult:
     """Score B completions with several weighted reward functions and one correctness verdict.
 
@@ -192,7 +198,9 @@ def score_completions(
         correct_threshold: A row is correct when the verdict is ``>= correct_threshold``.
         reward_timeout: Seconds one reward call may take before its rows become unscorable; ``None`` = no limit.
         reward_isolation: ``"thread"`` (thread-safe functions) or ``"process"`` (not thread-safe, e.g. math-verify's
-            signal-based timeout, or able to crash the interpreter); used only with ``reward_timeout``.
+            signal-based timeout, or able to crash the interpreter); ``"process"`` forks a worker with or without
+            ``reward_timeout``.
+        group_size: Completions per prompt, to name the prompts of failing rows in the warning (None: rows only).
 
     Raises:
         ValueError: If lengths disagree or no reward function is given (caller errors, not reward failures).
@@ -215,7 +223,7 @@ def score_completions(
     num_failed: dict[str, int] = {}
     num_nonfinite: dict[str, int] = {}
     num_timed_out: dict[str, int] = {}
-    guard = {"timeout": reward_timeout, "isolation": reward_isolation}
+    guard = {"timeout": reward_timeout, "isolation": reward_isolation, "group_size": group_size}
     correctness_values: Tensor | None = None
     for fn in reward_funcs:
         name, suffix = reward_name(fn), 2

@@ -18,6 +18,7 @@ a crash is contained either way.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -63,6 +64,16 @@ def _child(fn: Callable[[], Any], conn: Any) -> None:
         conn.close()
 
 
+def _death(exitcode: int | None) -> str:
+    """``"worker process died with exit code 7"``, or ``"... killed by SIGKILL"`` for a signal (a negative code)."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"worker process killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"worker process died with exit code {exitcode}"
+
+
 def _in_process(fn: Callable[[], Any], timeout: float | None) -> Any:
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     context: Any = multiprocessing.get_context(method)
@@ -74,12 +85,13 @@ def _in_process(fn: Callable[[], Any], timeout: float | None) -> Any:
         if not receive.poll(timeout):  # None: wait for a result or the worker's end (EOF), however long
             if worker.is_alive():
                 raise RewardTimeout(f"no result within {timeout:g} s (worker process killed)")
-            raise RewardCrash(f"worker process died with exit code {worker.exitcode}")
+            worker.join(1.0)
+            raise RewardCrash(_death(worker.exitcode))
         try:
             status, value = receive.recv()
         except EOFError:
             worker.join(1.0)
-            raise RewardCrash(f"worker process died with exit code {worker.exitcode}") from None
+            raise RewardCrash(_death(worker.exitcode)) from None
     finally:
         if worker.is_alive():
             worker.kill()

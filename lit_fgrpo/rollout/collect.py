@@ -136,6 +136,7 @@ class RolloutCollector:
             self.correct_threshold,
             reward_timeout=self.reward_timeout,
             reward_isolation=self.reward_isolation,
+            group_size=G,
         )
         ids, attn, mask, sampling_logp = pad_rollouts(
             prompt_ids, generation, G, self.pad_token_id, self.mask_truncated

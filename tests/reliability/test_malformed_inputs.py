@@ -21,6 +21,8 @@ from tests.reliability.test_cli_errors import TINY
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence_tiny.csv"
 ROLLOUT = "lit_fgrpo.callbacks.RolloutCallback"
+BAND_30_45 = '{"kind": "band", "low": 0.3, "high": 0.45}'
+"""A band between 1/4 and 2/4: no group of 4 has a success rate inside it."""
 
 
 def rollout(**settings: Any) -> list[str]:
@@ -132,6 +134,42 @@ FIT: list[Case] = [
     ("config_scalar", lambda d: ["--config", write(d, "s.yaml", "3\n")], ["s.yaml", "mapping"]),
     ("config_syntax", lambda d: ["--config", write(d, "y.yaml", "model: [1\n")], ["y.yaml:2"]),
     ("config_missing", lambda d: ["--config", str(d / "nope.yaml")], ["nope.yaml"]),
+    ("lora_rank_zero", lambda d: ["--model.lora", "{r: 0}"], ["--model.lora.r", "0"]),
+    ("lora_alpha_zero", lambda d: ["--model.lora", "{alpha: 0}"], ["--model.lora.alpha"]),
+    ("lora_dropout_one", lambda d: ["--model.lora", "{dropout: 1.0}"], ["--model.lora.dropout", "[0, 1)"]),
+    ("lora_targets_empty", lambda d: ["--model.lora", "{target_modules: []}"], ["--model.lora.target_modules"]),
+    ("lora_targets_absent", lambda d: ["--model.lora", "{target_modules: [nope]}"], ["--model.lora.target_modules"]),
+    ("lora_field_unknown", lambda d: ["--model.lora", "{rank: 4}"], ["--model.lora", "rank"]),
+    (
+        "lora_yaml_mapping",
+        lambda d: [
+            "--config",
+            write(d, "lora.yaml", yaml.safe_dump(dict(TINY, model=TINY["model"] | {"lora": {"r": -2}}))),
+        ],
+        ["--model.lora.r", "-2"],
+    ),  # fmt: skip
+    (
+        "band_unreachable",
+        lambda d: ["--model.gamma", "0", "--model.group_weight", BAND_30_45, *rollout(sampling={"n": 4})],
+        ["--model.group_weight", "--rollout.sampling.n=4", "every advantage"],
+    ),  # fmt: skip
+    (
+        "band_unreachable_dynamic",
+        lambda d: [
+            "--model.gamma",
+            "0",
+            "--model.group_weight",
+            BAND_30_45,
+            *rollout(sampling={"n": 4}),
+            *rollout(dynamic_sampling={"max_rounds": 2}),
+        ],
+        ["--rollout.sampling.n=4", "dynamic_sampling"],
+    ),  # fmt: skip
+    (
+        "config_unknown_key",
+        lambda d: ["--config", str(d / "tiny.yaml"), "--config", write(d, "k.yaml", "model:\n  nosuch: 1\n")],
+        ["k.yaml", "model.nosuch"],
+    ),  # fmt: skip
 ]
 
 SUBCOMMANDS: list[Case] = [
@@ -199,9 +237,62 @@ SUBCOMMANDS: list[Case] = [
         lambda d: ["maze-sweep", "--tracking_uri", "mlflow.db", "--out_dir", str(d / "o")],
         ["--tracking_uri"],
     ),  # fmt: skip
+    (
+        "sweep_group_size_1",
+        lambda d: ["maze-sweep", "--group_sizes", "[1]", "--out_dir", str(d / "o")],
+        ["--group_sizes"],
+    ),
+    ("sweep_gamma_negative", lambda d: ["maze-sweep", "--gammas", "[-1]", "--out_dir", str(d / "o")], ["--gammas"]),
+    ("sweep_accelerator", lambda d: ["maze-sweep", "--accelerator", "tpu9", "--out_dir", str(d / "o")], ["tpu9"]),
+    (
+        "sweep_top_fraction",
+        lambda d: ["maze-sweep", "--dnll_top_fraction", "2", "--out_dir", str(d / "o")],
+        ["--dnll_top_fraction"],
+    ),
+    (
+        "sweep_prompts_zero",
+        lambda d: ["maze-sweep", "--prompts_per_step", "0", "--out_dir", str(d / "o")],
+        ["--prompts"],
+    ),
+    (
+        "sweep_lr_negative",
+        lambda d: ["maze-sweep", "--warm_start_lr", "-1", "--out_dir", str(d / "o")],
+        ["--warm_start_lr"],
+    ),
+    (
+        "sweep_time_negative",
+        lambda d: ["maze-sweep", "--time_budget_s", "-1", "--out_dir", str(d / "o")],
+        ["--time_budget_s"],
+    ),
     ("sweep_unknown_flag", lambda d: ["maze-sweep", "--no_such", "1"], ["--no_such"]),
     ("sweep_rl_steps_text", lambda d: ["maze-sweep", "--rl_steps", "x"], ["--rl_steps"]),
 ]
+
+EVALUATE: list[Case] = [
+    ("gamma_text", lambda d: ["--model.gamma", "abc"], ["--model.gamma", "abc"]),
+    ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
+    (
+        "config_unknown_key",
+        lambda d: ["--config", write(d, "k.yaml", "model:\n  nosuch: 1\n")],
+        ["k.yaml", "model.nosuch"],
+    ),
+    (
+        "config_bad_value",
+        lambda d: ["--config", write(d, "v.yaml", "model:\n  gamma: abc\n")],
+        ["--model.gamma", "abc"],
+    ),
+    ("config_syntax", lambda d: ["--config", write(d, "y.yaml", "model: [1\n")], ["y.yaml:2"]),
+    ("ckpt_missing", lambda d: ["--ckpt_path", "missing.ckpt"], ["missing.ckpt"]),
+    ("ckpt_empty", lambda d: ["--ckpt_path", write(d, "e.ckpt", b"")], ["e.ckpt", "empty"]),
+    ("ckpt_garbage", lambda d: ["--ckpt_path", write(d, "g.ckpt", b"garbage")], ["g.ckpt", "not a readable"]),
+    ("ckpt_last_none", lambda d: ["--ckpt_path", "last"], ["--ckpt_path last", "no checkpoint"]),
+    ("val_k_above_samples", lambda d: ["--model.val_pass_at_k", "[1, 64]"], ["val_samples", "64"]),
+    ("lora_rank_zero", lambda d: ["--model.lora", "{r: 0}"], ["--model.lora.r"]),
+    ("group_size_zero", lambda d: [*rollout(sampling={"n": 0})], ["rollout.sampling.n"]),
+    ("num_test_negative", lambda d: ["--data.num_test", "-1"], ["--data.num_test"]),
+    ("limit_batches_text", lambda d: ["--trainer.limit_val_batches", "x"], ["--trainer.limit_val_batches"]),
+]
+"""The same mistakes given to ``validate`` and ``test`` (LightningCLI's evaluation subcommands)."""
 
 
 @pytest.fixture
@@ -232,6 +323,23 @@ def test_fit(folder: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[P
     assert_one_line(["fit", *config, *words], must_name, capsys)
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+@pytest.mark.parametrize(("argv", "must_name"), [c[1:] for c in EVALUATE], ids=[c[0] for c in EVALUATE])
+def test_evaluate(
+    folder: Path,
+    capsys: pytest.CaptureFixture[str],
+    subcommand: str,
+    argv: Callable[[Path], list[str]],
+    must_name: list[str],
+) -> None:
+    assert_one_line([subcommand, "--config", str(folder / "tiny.yaml"), *argv(folder)], must_name, capsys)
+
+
+def test_evaluate_hint_names_its_subcommand(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["test", "--config", str(folder / "tiny.yaml"), "--model.gamma", "x"]) == 2
+    assert "`lit-fgrpo test --help`" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("argv", "must_name"), [c[1:] for c in SUBCOMMANDS], ids=[c[0] for c in SUBCOMMANDS])
 def test_subcommand(
     folder: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[Path], list[str]], must_name: list[str]
@@ -239,6 +347,7 @@ def test_subcommand(
     words = argv(folder)
     assert_one_line(words, must_name, capsys)
     assert not list(folder.rglob("*.tmp")), "a half-written file was left behind"
+    assert not (folder / "o" / "sweep_config.json").exists(), "a refused sweep wrote its settings"
 
 
 def test_mlflow_tracking_uri_from_the_environment(

@@ -119,3 +119,25 @@ def test_process_isolation_contains_a_crash_with_or_without_a_timeout(
     assert len(lines) == 1, lines
     assert lines[0].startswith("warning: reward 'crash_on_boom' failed on 1 of 3 completions, rows 1 (1 timed out or")
     assert "RewardCrash('worker process died with exit code 11')" in lines[0]
+
+
+def kill_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    if "boom" in completions:
+        os.kill(os.getpid(), signal.SIGKILL)  # the function kills its own process
+    return [0.5] * len(completions)
+
+
+@pytest.mark.parametrize("fn", [crash_on_boom, kill_on_boom], ids=["os_exit", "sigkill"])
+def test_process_isolation_without_timeout_names_function_and_prompt(
+    fn: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: no timeout, the worker dies: one visible line naming the function, the row and its prompt."""
+    completions = ["a", "b", "c", "boom"]  # two prompts of G = 2: the crash is row 3, prompt 1
+    result = score_completions(["p"] * 4, completions, {}, [fn], reward_isolation="process", group_size=2)
+    assert math.isnan(result.rewards[3]) and result.rewards[:3].tolist() == [0.5, 0.5, 0.5]
+    assert result.num_failed == {fn.__name__: 1} and result.num_timed_out == {fn.__name__: 1}
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"warning: reward {fn.__name__!r} failed on 1 of 4 completions, rows 3 of prompts 1 (")
+    death = "killed by SIGKILL" if fn is kill_on_boom else "died with exit code 11"
+    assert death in lines[0]
