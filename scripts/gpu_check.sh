@@ -2,7 +2,8 @@
 # The GPU check (issue 9): on one H200, within 8 minutes,
 #   1. the `gpu`-marked tests (CUDA HF engine, FSDP2 full-weight gather on CUDA/NCCL, vLLM where marked),
 #   2. benchmarks/gpu_step.py: bf16 policy updates of a randomly initialised ~0.5B Qwen2 built from a config,
-#      vLLM colocated with sleep mode on; prints generate / log-probs / train / sync, tokens/s, MFU, peak memory.
+#      vLLM colocated with sleep mode on; prints generate / log-probs / train / sync, tokens/s, MFU, peak memory,
+#   3. a sharded step (issue 24): maze_tiny + the FSDP2 overlay on one GPU rank, bf16-true, `model_parallel`.
 # Needs the CUDA extras: pip install -e '.[dev,vllm]'. Extra arguments go to gpu_step.py (e.g. --steps 6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,5 +27,10 @@ timeout 210 "$PY" -m pytest -p no:cacheprovider -q -m gpu tests
 
 echo "== bf16 policy update, ~0.5B Qwen2, vLLM colocated (sleep mode)"
 timeout 240 "$PY" benchmarks/gpu_step.py "$@"
+
+echo "== sharded step: FSDP2 (model_parallel), one GPU rank, bf16-true, 3 RL steps of maze_tiny"
+timeout 180 "$PY" -m lit_fgrpo fit --config configs/maze_tiny.yaml --config configs/maze/fsdp.yaml \
+    --trainer.accelerator gpu --trainer.devices 1 --trainer.precision bf16-true --trainer.max_steps 3 \
+    --trainer.logger false --trainer.enable_checkpointing false --trainer.limit_val_batches 0
 
 echo "gpu_check: done in $((SECONDS - start)) s"

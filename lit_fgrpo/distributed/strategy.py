@@ -58,6 +58,15 @@ class FSDP2Strategy(ModelParallelStrategy):
             self._tensor_parallel_size = 1
         super().setup_environment()
 
+    @override
+    def load_checkpoint(self, checkpoint_path: Any, weights_only: bool | None = None) -> dict[str, Any]:
+        # torch's set_optimizer_state_dict builds the empty local AdamW states with a zero-lr step, but skips that
+        # when any parameter holds a gradient; then no local state tensor exists and the load fails with
+        # "Expected device to be set". Gradients are never part of a checkpoint: drop them first.
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        return super().load_checkpoint(checkpoint_path, weights_only=weights_only)
+
 
 def sharding_settings(strategy: Any) -> ShardingSettings:
     """The sharding settings of a trainer's strategy (the defaults for a plain ``ModelParallelStrategy``)."""
