@@ -119,17 +119,18 @@ def test_chunked_equals_plain_in_value_entropy_and_gradient(tied: bool) -> None:
     # both are held to the exact (float64) gradient, and the chunked path may not be more than 4x worse than the
     # worst error of the model's own float32 forward, measured here in the same process on the same kernels.
     # Measured (AMD EPYC, AVX-512 and ATEN_CPU_CAPABILITY=default): plain path worst 7e-6 to 1.2e-5, chunked up
-    # to 1.4e-5 of the largest entry (bound 3e-5 to 5e-5); the chunked head's logit gradient scaled by 1.001
-    # (values unchanged) fails at 7.1e-4.
+    # to 1.4e-5 of the largest entry (bound 3e-5 to 5e-5); a second AMD EPYC (family 25 model 1): plain 5.6e-6,
+    # chunked 2.5e-5, so "4x plain" alone failed there. Hence a floor of 1e-4 (about 840 float32 ulps of the
+    # largest entry): the chunked head's logit gradient scaled by 1.001 (values unchanged) fails at 7.1e-4, 7x it.
     exact = float64_grads(tied)
     plain_error = max(relative_errors(g, exact).values())
     assert plain_error < 1e-3, f"the float32 forward itself is {plain_error:.2e} from float64: check the reference"
-    bound = 4 * plain_error + 1e-6
+    bound = max(4 * plain_error, 1e-4)
     chunked_error = relative_errors(g_c, exact)
     worst = max(chunked_error, key=chunked_error.__getitem__)
     assert chunked_error[worst] <= bound, (
         f"{worst}: chunked gradient {chunked_error[worst]:.2e} of its largest entry from float64, "
-        f"bound {bound:.2e} (4x the plain path's {plain_error:.2e})"
+        f"bound {bound:.2e} (4x the plain path's {plain_error:.2e}, at least 1e-4)"
     )
 
 
