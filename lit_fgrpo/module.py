@@ -130,7 +130,6 @@ class FGRPOModule(PassAtKSteps):
         self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
         self.hparams["lora"] = dataclasses.asdict(lora) if lora is not None else None
         self.lora = lora  # checked settings; None: the full policy is trained
-        self.is_lora = lora is not None
         self.automatic_optimization = False
         self.loss_type: LossType = loss_type
         self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
@@ -170,7 +169,7 @@ class FGRPOModule(PassAtKSteps):
             policy.gradient_checkpointing_enable(  # type: ignore[operator]
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
-        if hp.beta > 0 and self.lora is None:
+        if hp.beta > 0 and not self.is_lora:
             reference = copy.deepcopy(policy).eval()
             reference.requires_grad_(False)
             self._reference.append(reference)
@@ -193,6 +192,11 @@ class FGRPOModule(PassAtKSteps):
     def hp(self) -> Any:
         """The saved hyperparameters (typed loosely for attribute access); the one source of ``gamma`` & co."""
         return self.hparams
+
+    @property
+    def is_lora(self) -> bool:
+        """Whether the policy trains LoRA adapters (``lora`` is set) rather than all its weights."""
+        return self.lora is not None
 
     @property
     def reference(self) -> nn.Module | None:
@@ -307,4 +311,4 @@ class FGRPOModule(PassAtKSteps):
         A sharded (FSDP2) policy is gathered one tensor at a time: every rank must call this; rank 0 writes."""
         if is_sharded(self.policy):  # issue 24
             return save_sharded_policy(self.policy, self.tokenizer, directory, write=self.global_rank == 0)
-        return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.lora is not None)
+        return save_policy(self.policy, self.tokenizer, directory, merge_lora=self.is_lora)

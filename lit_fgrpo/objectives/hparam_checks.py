@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.objectives.policy_loss import LOSS_TYPES
+from lit_fgrpo.objectives.loss_types import loss_spec
 
 FLOAT_SETTINGS = (
     "gamma",
@@ -81,10 +81,10 @@ def check_module_args(args: Mapping[str, Any]) -> None:
             "set; the group weight replaces the focal one",
             hint="set --model.gamma 0 to use --model.group_weight, or drop group_weight for F-GRPO",
         )
+    loss_spec(args["loss_type"])  # the loss-type table's own one-line refusal, naming --model.loss_type
     mbp = args["mini_batch_prompts"]
     checks = [
         (args["gamma"] >= 0, f"--model.gamma must be >= 0, got {args['gamma']}"),
-        (args["loss_type"] in LOSS_TYPES, f"--model.loss_type must be one of {LOSS_TYPES}, got {args['loss_type']!r}"),
         (args["beta"] >= 0, f"--model.beta must be >= 0, got {args['beta']}"),
         (args["num_iterations"] >= 1, f"--model.num_iterations must be >= 1, got {args['num_iterations']}"),
         (args["micro_batch_rows"] >= 1, f"--model.micro_batch_rows must be >= 1, got {args['micro_batch_rows']}"),

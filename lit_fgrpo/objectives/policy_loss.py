@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from lit_fgrpo.objectives.kl import kl_k3
-from lit_fgrpo.objectives.loss_types import LOSS_TYPES, LossType, loss_spec
+from lit_fgrpo.objectives.loss_types import LOSS_TYPES, LossSpec, LossType, loss_spec
 
 __all__ = ["LOSS_TYPES", "LossType", "aggregate_tokens", "policy_loss"]
 
@@ -45,7 +45,8 @@ def _check(
     ref_logp: Tensor | None,
     beta: float,
     max_completion_length: int | None,
-) -> None:
+) -> LossSpec:
+    """Refuse inputs ``policy_loss`` cannot use; returns the loss type's table entry."""
     spec = loss_spec(loss_type, "policy_loss: loss_type")
     if logp.dim() != 2:
         raise ValueError(f"policy_loss: logp must be (B, T), got shape {tuple(logp.shape)}")
@@ -67,6 +68,7 @@ def _check(
         raise ValueError(f"policy_loss: ref_logp shape {tuple(ref_logp.shape)} != logp shape {tuple(logp.shape)}")
     if spec.aggregation == "fixed_length" and (max_completion_length is None or max_completion_length < 1):
         raise ValueError("policy_loss: loss_type='dr_grpo' needs max_completion_length >= 1 (the L_max normaliser)")
+    return spec
 
 
 def aggregate_tokens(
@@ -128,8 +130,7 @@ def policy_loss(
         ratio and clip verdict counts once per token, where TRL logs a plain mean over sequences).
     """
     eps_high = epsilon if epsilon_high is None else epsilon_high
-    _check(logp, old_logp, advantages, mask, loss_type, epsilon, eps_high, ref_logp, beta, max_completion_length)
-    spec = loss_spec(loss_type, "policy_loss: loss_type")
+    spec = _check(logp, old_logp, advantages, mask, loss_type, epsilon, eps_high, ref_logp, beta, max_completion_length)
     mask = mask.to(logp.dtype)
     if old_logp is None:
         old_logp = logp.detach()
