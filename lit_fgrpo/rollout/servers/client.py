@@ -52,7 +52,12 @@ class ServerClient:
             raise ServerRequestError(f"{self.url}{path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise ServerRequestError(f"{self.url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return response.text  # the LoRA routes answer in plain text
 
     def healthy(self) -> bool:
         """True when ``/health`` answers 200 within 5 s."""
@@ -85,6 +90,15 @@ class ServerClient:
                 return
             time.sleep(0.1)
         raise ServerRequestError(f"{self.url}/reset_prefix_cache: refused {attempts} times (requests still running?)")
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load the PEFT adapter in directory ``path`` under ``name`` (``/v1/load_lora_adapter``), again from the files
+        when ``name`` is loaded already (``load_inplace``: a base reload or a retry may repeat a load)."""
+        self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True})
+
+    def unload_adapter(self, name: str) -> None:
+        """Forget the adapter ``name`` (``/v1/unload_lora_adapter``); new requests can no longer name it."""
+        self.post("/v1/unload_lora_adapter", {"lora_name": name})
 
     def close(self) -> None:
         """Close the connections."""

@@ -10,6 +10,9 @@ extension (``/collective_rpc load_weights_dir``) and drops its prefix cache; the
 **every** server (:meth:`ServerEngine.check_sync`): teacher-forced log-probs (the weights, ``lm_head`` included) and,
 per probe row, the last token's log-prob through the sampling path (which reads the prefix cache, so a stale cache
 shows). A restarted server gets the current weights and the same check before it takes requests.
+
+LoRA (a PEFT policy, ``lora: adapter``): the first push of an engine sends the frozen base once, every push the
+adapter alone (:mod:`~lit_fgrpo.rollout.servers.adapters`), and requests name the newest adapter.
 """
 
 from __future__ import annotations
@@ -28,13 +31,19 @@ from torch import nn
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap
 from lit_fgrpo.rollout.servers import protocol
-from lit_fgrpo.rollout.servers.client import ServerClient
+from lit_fgrpo.rollout.servers.adapters import adapter_name, adapter_rank, write_adapter
 from lit_fgrpo.rollout.servers.dispatch import run_requests
 from lit_fgrpo.rollout.servers.errors import ServerError
 from lit_fgrpo.rollout.servers.fleet import Fleet, Server
-from lit_fgrpo.rollout.servers.launching import launch_servers
+from lit_fgrpo.rollout.servers.launching import open_fleet
 from lit_fgrpo.rollout.servers.settings import ServerSettings
-from lit_fgrpo.rollout.servers.weights import cpu_state_dict, next_version_dir, write_model_dir, write_state_dict
+from lit_fgrpo.rollout.servers.weights import (
+    cpu_state_dict,
+    drop_versions,
+    next_version_dir,
+    write_model_dir,
+    write_state_dict,
+)
 
 COMPLETIONS = "/v1/completions"
 Reference = tuple[list[list[int]], list[list[int]], list[torch.Tensor], float]
@@ -49,16 +58,28 @@ class ServerEngine(RolloutEngine):
         fleet: the servers (up).
         model_dir: the model directory of version 0 (what launched servers started on).
         eos_token_id: always a stop token.
-        model_name: the served model name to request.
+        model_name: the served (base) model name.
+        lora: push a PEFT policy's adapter alone (True) rather than the merged model.
     """
 
     def __init__(
-        self, settings: ServerSettings, fleet: Fleet, model_dir: Path, eos_token_id: int | None, model_name: str
+        self,
+        settings: ServerSettings,
+        fleet: Fleet,
+        model_dir: Path,
+        eos_token_id: int | None,
+        model_name: str,
+        lora: bool = False,
     ) -> None:
         self.settings, self.fleet, self.eos_token_id, self.model_name = settings, fleet, eos_token_id, model_name
         self.model_dir, self.version = model_dir, 0
         self.fleet.model_dir = str(model_dir)
         self.fleet.on_ready = self._bring_up
+        self.lora = lora
+        self.adapter: tuple[str, Path] | None = None
+        """(name, directory) of the adapter the servers serve now (LoRA pushes; None before the first)."""
+        self.adapter_version = 0
+        self._base_pushed = False
         self.reference: Reference | None = None
         self._push_metrics: dict[str, float] = {}
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
@@ -81,19 +102,18 @@ class ServerEngine(RolloutEngine):
         settings = ServerSettings.from_kwargs(kwargs)
         root = Path(settings.weights_dir) if settings.weights_dir else Path(workdir) / "weights"
         model_dir = root / "v0"
-        write_model_dir(model, tokenizer, model_dir)
-        if settings.launch:
-            servers = launch_servers(settings, model_dir, Path(settings.log_dir or workdir))
-        else:
-            servers = [
-                Server(ServerClient(url, settings.request_timeout_s, settings.max_inflight)) for url in settings.urls
-            ]
-            for server in servers:
-                if not server.client.healthy():
-                    raise ServerError(f"vllm server {server.url} does not answer /health (engine_kwargs.urls)")
-        fleet = Fleet(servers, settings.startup_timeout_s)
-        name = settings.served_name or servers[0].client.first_model()
-        return cls(settings, fleet, model_dir, eos_token_id, name)
+        rank = adapter_rank(model) if settings.lora == "adapter" else None
+        write_model_dir(model, tokenizer, model_dir, merge=rank is None)
+        fleet = open_fleet(
+            settings, model_dir, Path(settings.log_dir or workdir), settings.max_lora_rank or (rank or 0)
+        )
+        name = settings.served_name or fleet.servers[0].client.first_model()
+        return cls(settings, fleet, model_dir, eos_token_id, name, lora=rank is not None)
+
+    @property
+    def request_model(self) -> str:
+        """The model requests name: the newest adapter after a LoRA push, else the served model."""
+        return self.adapter[0] if self.adapter is not None else self.model_name
 
     # ------------------------------------------------------------------ sampling
     def _stop_ids(self, sampling: SamplingConfig) -> list[int]:
@@ -124,8 +144,9 @@ class ServerEngine(RolloutEngine):
         else:
             per_prompt = [int(s) for s in seeds]
         stops = self._stop_ids(sampling)
-        bodies = [protocol.sample_body(self.model_name, p, sampling, stops, s) for p, s in zip(prompt_ids, per_prompt)]
         with self._lock:
+            model = self.request_model
+            bodies = [protocol.sample_body(model, p, sampling, stops, s) for p, s in zip(prompt_ids, per_prompt)]
             answers = self._run(bodies, lambda r: protocol.parse_samples(r, sampling.n), "the rollout")
         rows = [row for answer in answers for row in answer]
         return Generation(
@@ -140,8 +161,8 @@ class ServerEngine(RolloutEngine):
         """Teacher-forced ``log_softmax(z)`` of the completions on some up server (temperature 1 only)."""
         if temperature != 1.0:
             raise ValueError(f"ServerEngine.score supports temperature=1.0 only, got {temperature}")
-        bodies = [protocol.score_body(self.model_name, p, c) for p, c in zip(prompt_ids, completion_ids)]
         with self._lock:
+            bodies = [protocol.score_body(self.request_model, p, c) for p, c in zip(prompt_ids, completion_ids)]
             answers = self._run(bodies, lambda r: r, "the weight-sync probe")
         rows = zip(answers, prompt_ids, completion_ids)
         return [torch.tensor(protocol.parse_scores(a, len(p), c)) for a, p, c in rows]
@@ -152,15 +173,15 @@ class ServerEngine(RolloutEngine):
     ) -> list[torch.Tensor]:
         """Log-probs of the completions on one server: teacher-forced rows, the last token replaced by its value
         through the sampling path (so a stale prefix cache or stale weights both show)."""
-        out = []
+        out, model = [], self.request_model
         for prompt, completion in zip(prompt_ids, completion_ids):
             forced = protocol.parse_scores(
-                server.client.post(COMPLETIONS, protocol.score_body(self.model_name, prompt, completion)),
+                server.client.post(COMPLETIONS, protocol.score_body(model, prompt, completion)),
                 len(prompt),
                 completion,
             )
             if completion:
-                body = protocol.cache_probe_body(self.model_name, prompt + completion[:-1], completion[-1])
+                body = protocol.cache_probe_body(model, prompt + completion[:-1], completion[-1])
                 forced[-1] = protocol.parse_cache_probe(server.client.post(COMPLETIONS, body), completion[-1])
             out.append(torch.tensor(forced))
         return out
@@ -188,8 +209,12 @@ class ServerEngine(RolloutEngine):
         return gap
 
     # ------------------------------------------------------------------ weights
-    def _load_on(self, server: Server, directory: Path, reset_cache: bool = True) -> None:
-        server.client.collective_rpc("load_weights_dir", str(directory))
+    def _load_on(self, server: Server, directory: Path | None, reset_cache: bool = True) -> None:
+        """Load the weights in ``directory`` (None: none), then the current adapter (LoRA), then drop the cache."""
+        if directory is not None:
+            server.client.collective_rpc("load_weights_dir", str(directory))
+        if self.adapter is not None:
+            server.client.load_adapter(self.adapter[0], str(self.adapter[1]))
         if reset_cache:
             server.client.reset_prefix_cache()
 
@@ -218,8 +243,41 @@ class ServerEngine(RolloutEngine):
             return size
 
     def sync_weights(self, model: nn.Module) -> None:
-        """Push the policy's full state dict (``lm_head.weight`` included, PEFT LoRA merged) to every server."""
-        self.push_state_dict(cpu_state_dict(model))
+        """Push the policy to every server: its full state dict (``lm_head.weight`` included, PEFT LoRA merged), or
+        for a LoRA engine the adapter alone (the frozen base too on the engine's first push)."""
+        if not self.lora:
+            self.push_state_dict(cpu_state_dict(model))
+            return
+        with self._lock:
+            start, size = time.perf_counter(), 0
+            if not self._base_pushed:  # servers given by URL (or a resumed run's) may serve other base weights
+                size += self.push_state_dict(cpu_state_dict(model, merge=False))
+                self._base_pushed = True
+            size += self.push_adapter(model)
+            self._push_metrics = {"rollout/push_seconds": time.perf_counter() - start, "rollout/push_bytes": size}
+
+    def push_adapter(self, model: nn.Module) -> int:
+        """Write the PEFT adapter as the next version, load it on every up server under a new name (the old one is
+        unloaded), drop their prefix caches; requests name it from now on. Returns the adapter's bytes.
+
+        Raises:
+            ServerError: no server is left to receive it.
+        """
+        with self._lock:
+            previous, self.adapter_version = self.adapter, self.adapter_version + 1
+            directory = self.model_dir.parent / "lora" / f"v{self.adapter_version}"
+            size = write_adapter(model, directory)
+            self.adapter = (adapter_name(self.model_name, self.adapter_version), directory)
+            for server in self.fleet.wait_for_any("the adapter push"):
+                try:
+                    self._load_on(server, None)
+                    if previous is not None:
+                        server.client.unload_adapter(previous[0])
+                except ServerError as exc:
+                    self.fleet.failed(server, str(exc))  # a restarted server gets this adapter in _bring_up
+            if previous is not None:
+                shutil.rmtree(previous[1], ignore_errors=True)
+            return size
 
     def last_push_metrics(self) -> dict[str, float]:
         """``rollout/push_seconds`` and ``rollout/push_bytes`` of the last push."""
@@ -227,11 +285,8 @@ class ServerEngine(RolloutEngine):
 
     def _drop_old_versions(self) -> None:
         """Remove version directories nobody serves from (the current one and those of starting servers stay)."""
-        keep = {self.model_dir.name, "v0"}
-        keep |= {Path(s.process.spec.model_path).name for s in self.fleet.servers if s.process is not None}
-        for directory in self.model_dir.parent.glob("v*"):
-            if directory.name not in keep:
-                shutil.rmtree(directory, ignore_errors=True)
+        starting = {Path(s.process.spec.model_path).name for s in self.fleet.servers if s.process is not None}
+        drop_versions(self.model_dir.parent, {self.model_dir.name, "v0", *starting})
 
     def _bring_up(self, server: Server) -> None:
         """A restarted server: load the current weights, then check it on the last probe (Fleet's ``on_ready``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from lit_fgrpo.errors import ConfigError
 
@@ -68,6 +68,13 @@ class ServerSettings:
     """Concurrent requests per server (one request per prompt, each with its own seed)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """More environment variables for launched servers."""
+    lora: Literal["adapter", "merged"] = "adapter"
+    """How a LoRA policy (``--model.lora``) is pushed: ``adapter`` = only the adapter, loaded at run time through
+    ``/v1/load_lora_adapter`` (servers given by URL need ``--enable-lora`` and
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); ``merged`` = the full model with the adapter merged, every push."""
+    max_lora_rank: int = 0
+    """Launched servers accept runtime adapters up to this rank (rounded up to a rank vLLM allows); 0 = the
+    policy's own LoRA rank (no LoRA support for a policy without adapters)."""
 
     def __post_init__(self) -> None:
         if bool(self.urls) == (self.launch > 0):
@@ -80,6 +87,10 @@ class ServerSettings:
             raise ConfigError(f"engine_kwargs.cores has {len(self.cores)} core lists for launch={self.launch} servers")
         if self.max_attempts < 1 or self.max_inflight < 1 or self.restarts < 0:
             raise ConfigError("engine_kwargs.max_attempts and max_inflight must be >= 1, restarts >= 0")
+        if self.lora not in ("adapter", "merged"):
+            raise ConfigError(f"engine_kwargs.lora must be 'adapter' or 'merged', got {self.lora!r}")
+        if self.max_lora_rank < 0:
+            raise ConfigError(f"engine_kwargs.max_lora_rank must be >= 0, got {self.max_lora_rank}")
         if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("engine_kwargs.startup_timeout_s and request_timeout_s must be > 0")
 
