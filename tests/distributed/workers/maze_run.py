@@ -195,15 +195,20 @@ class PoisonWeights(L.Callback):
 
 
 class PoisonGradShard(L.Callback):
-    """After each backward of step ``step`` on ``rank``: one element of this rank's gradient shard (of the first
-    parameter with one) becomes NaN. The other rank's shards and its loss stay finite: only an agreement across
-    ranks makes both skip the step."""
+    """After each backward of training batch ``step`` on ``rank``: one element of this rank's gradient shard (of the
+    first parameter with one) becomes NaN. The other rank's shards and its loss stay finite: only an agreement across
+    ranks makes both skip the step. (By batch, not ``global_step``: a skipped step does not advance that.)"""
 
     def __init__(self, rank: int, step: int) -> None:
-        self.rank, self.step = rank, step
+        self.rank, self.step, self.batch = rank, step, -1
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.batch = batch_idx
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.global_rank != self.rank or trainer.global_step != self.step:
+        if trainer.global_rank != self.rank or self.batch != self.step:
             return
         policy: Any = pl_module.policy
         for param in policy.parameters():
