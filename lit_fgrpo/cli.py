@@ -7,6 +7,7 @@
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
     lit-fgrpo maze-report DIR                             # the verdict of a sweep from its per-seed CSVs
     lit-fgrpo maze-compare DIR                            # a method comparison (GRPO, F-GRPO, MaxRL, ...) of a sweep
+    lit-fgrpo plan --config configs/math/base.yaml --config configs/math/fgrpo.yaml --architecture configs/math/qwen2.5-7b.json
 
 YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
 
@@ -125,8 +126,11 @@ def with_rollout_callback(callbacks: list[Any], settings: RolloutSettings | None
     return [RolloutCallback(settings), *callbacks]
 
 
-def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> FGRPOCLI:
-    """Build (and by default run) the Lightning CLI; ``args`` replaces ``sys.argv[1:]``."""
+def cli_main(
+    args: list[str] | None = None, run: bool = True, cli_class: type[FGRPOCLI] | None = None, **kwargs: Any
+) -> FGRPOCLI:
+    """Build (and by default run) the Lightning CLI; ``args`` replaces ``sys.argv[1:]``; ``cli_class`` replaces
+    :class:`FGRPOCLI` (e.g. one that only parses, for ``lit-fgrpo plan``)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
@@ -134,7 +138,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, **kwargs: Any) -> 
     set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)
     trainer_defaults = {"logger": default_logger_config(), "num_sanity_val_steps": 0}
     trainer_defaults |= kwargs.pop("trainer_defaults", {})
-    return FGRPOCLI(
+    return (cli_class or FGRPOCLI)(
         FGRPOModule,
         PromptDataModule,
         args=args,  # type: ignore[arg-type]
@@ -156,6 +160,7 @@ COMMANDS = {
     "maze-sweep": "the paper's section 6 maze sweep: GRPO vs F-GRPO over group sizes and seeds, resumable",
     "maze-report": "the verdict of a multi-seed maze sweep: table with intervals, pass@k figure, one line per hypothesis",
     "maze-compare": "a method comparison of a maze sweep (GRPO, F-GRPO, MaxRL, band, dynamic, GSPO): pass@k over seeds",
+    "plan": "the memory per rank of a fit config (policy, gradients, AdamW, reference, engine), refused if too big",
 }
 
 
@@ -189,6 +194,7 @@ SUBCOMMAND_MODULES = {
     "maze-sweep": "lit_fgrpo.experiments.maze_sweep",
     "maze-report": "lit_fgrpo.experiments.evidence_report",
     "maze-compare": "lit_fgrpo.experiments.methods_report",
+    "plan": "lit_fgrpo.distributed.plan_cli",
 }
 """The commands besides LightningCLI's; each module has ``main(argv) -> int``."""
 

@@ -49,7 +49,7 @@ def build_policy(
     A config build is seeded with ``seed`` in a forked RNG, so every rank builds the same weights and the global
     RNG is untouched. ``dtype`` is the weights' dtype (bf16 under ``precision="bf16-true"``).
     """
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     if (model is None) == (model_config is None):
         raise ValueError("FGRPOModule: give exactly one of `model` (a local path) or `model_config` (a config dict)")
@@ -58,6 +58,15 @@ def build_policy(
             raise FileNotFoundError(f"FGRPOModule.model: {model!r} is not a local directory (no hub at run time)")
         return AutoModelForCausalLM.from_pretrained(model, torch_dtype=dtype)
     assert model_config is not None
+    config = policy_config(model_config, tokenizer)
+    with _seeded(seed):
+        return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+
+
+def policy_config(model_config: dict[str, Any], tokenizer: Any) -> Any:
+    """The HF config that ``model_config`` builds: vocab size and special ids default to the tokenizer's."""
+    from transformers import AutoConfig
+
     cfg = dict(model_config)
     if "model_type" not in cfg:
         raise ValueError("FGRPOModule.model_config needs a `model_type` key, e.g. 'qwen2' or 'llama'")
@@ -65,9 +74,7 @@ def build_policy(
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if getattr(tokenizer, name, None) is not None:
             cfg.setdefault(name, getattr(tokenizer, name))
-    config = AutoConfig.for_model(**cfg)
-    with _seeded(seed):
-        return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    return AutoConfig.for_model(**cfg)
 
 
 @contextmanager
@@ -103,4 +110,12 @@ def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_
     return directory
 
 
-__all__ = ["BUILTIN_MAZE_TOKENIZER", "LoraSettings", "apply_lora", "build_policy", "load_tokenizer", "save_policy"]
+__all__ = [
+    "BUILTIN_MAZE_TOKENIZER",
+    "LoraSettings",
+    "apply_lora",
+    "build_policy",
+    "load_tokenizer",
+    "policy_config",
+    "save_policy",
+]

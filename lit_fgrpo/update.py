@@ -147,6 +147,7 @@ class PolicyUpdate:
             global_tokens = comm.sum(global_tokens)
         num_items = token_divisor(global_tokens, world, num_minibatches)
 
+        agree = (lambda bad: comm.max(int(bad)) > 0) if world > 1 else None  # any rank non-finite: all skip
         pieces: Pieces = []
         trained_before = self.timer.total(("forward", "backward", "optimizer"))
         for iteration in range(s.num_iterations):
@@ -162,9 +163,9 @@ class PolicyUpdate:
                 step_loss = torch.stack([p["loss"] for p in step_pieces]).sum() if step_pieces else None
                 with self.timer.phase("optimizer"):
                     # Checked before clipping: a NaN norm would spread to every gradient and hide the culprit's name.
-                    # Under DDP the gradients are all-reduced, so a non-finite loss on one rank makes every rank skip
-                    # (and, after max_nonfinite_skips in a row, stop) together: no rank waits in a collective.
-                    if not self.guard.check(optimizer.steps_taken, step_loss, self.policy.named_parameters()):
+                    # Over several ranks one all-reduce makes the verdict common (under FSDP2 each rank sees only its
+                    # gradient shard): every rank skips (and, after max_nonfinite_skips in a row, stops) together.
+                    if not self.guard.check(optimizer.steps_taken, step_loss, self.policy.named_parameters(), agree):
                         optimizer.zero_grad()  # no step, no scheduler step: the weights stay as they were
                         continue
                     if s.max_grad_norm is not None:

@@ -20,7 +20,7 @@ gradient would turn the clipping norm into NaN and spread to every gradient, hid
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -40,13 +40,22 @@ def first_nonfinite(
     """
     if loss is not None and not bool(torch.isfinite(torch.as_tensor(loss)).all()):
         return "loss"
-    named_grads = [(name, p.grad) for name, p in named_parameters if p.grad is not None]
+    # Under FSDP2 a gradient is a DTensor: check this rank's shard only (a DTensor reduction would be a collective
+    # per parameter, and a rank that stopped at its non-finite loss would not make it). Ranks agree in ``check``.
+    named_grads = [(name, _local(p.grad)) for name, p in named_parameters if p.grad is not None]
     if not named_grads:
         return None
     flags = torch.stack([torch.isfinite(grad).all() for _, grad in named_grads])  # (num_params,)
     if bool(flags.all()):
         return None
     return f"grad of {named_grads[int((~flags).nonzero()[0])][0]}"
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This rank's piece of a sharded ``DTensor``; any other tensor itself."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 class NonFiniteGuard:
@@ -72,13 +81,25 @@ class NonFiniteGuard:
         step: int,
         loss: Tensor | float | None,
         named_parameters: Iterable[tuple[str, torch.nn.Parameter]],
+        any_rank: Callable[[bool], bool] | None = None,
     ) -> bool:
         """``True`` if the step may go ahead; ``False`` (counted, logged) if it must be skipped.
+
+        Args:
+            step: The optimizer step (named in the error).
+            loss: This rank's loss of the step.
+            named_parameters: The policy's parameters (their ``.grad``; this rank's shard under FSDP2).
+            any_rank: Over several ranks: whether any rank found a non-finite value, given this rank's finding (one
+                all-reduce, made by every rank). Then every rank skips the same steps and stops on the same one,
+                also when the non-finite value sits in one rank's gradient shard or loss only.
 
         Raises:
             NonFiniteError: On the ``max_consecutive``-th skip in a row, naming the step and the quantity.
         """
         culprit = first_nonfinite(loss, named_parameters)
+        elsewhere = any_rank(culprit is not None) if any_rank is not None else False
+        if culprit is None and elsewhere:
+            culprit = "the loss or a gradient shard of another rank"
         if culprit is None:
             self.consecutive = 0
             return True

@@ -127,7 +127,9 @@ class RecordPrompts(L.Callback):
     ) -> None:
         metrics = trainer.callback_metrics
         self.active.append(float(metrics.get("rollout/frac_active_groups", float("nan"))))
-        self.logged.append({k: float(v) for k, v in metrics.items() if k.startswith(("rollout/", "focal/"))})
+        self.logged.append(
+            {k: float(v) for k, v in metrics.items() if k.startswith(("rollout/", "focal/", "train/nonfinite"))}
+        )
         self.drawn.append(self._pending)
         self._pending = []
         self.cursor.append(int(trainer.datamodule.drawn_prompts))  # type: ignore[attr-defined]
@@ -149,11 +151,26 @@ class RecordPrompts(L.Callback):
         # full weights under HF names, gathered one tensor at a time when sharded (every rank takes part)
         full = {name: tensor.detach().clone() for name, tensor in iter_full_weights(policy)}
         torch.save(full, self.out / f"rank{rank}.pt")
-        shards = {
-            name: {"dtensor": hasattr(p, "to_local"), "local": p.to_local().numel() if hasattr(p, "to_local") else 0}
-            for name, p in policy.named_parameters()
-        }
+        optimizer = trainer.optimizers[0]
+        shards = {}
+        for name, p in policy.named_parameters():
+            state = optimizer.state.get(p, {})
+            moments = [_local(state[k]) for k in ("exp_avg", "exp_avg_sq") if k in state]
+            shards[name] = {
+                "dtensor": hasattr(p, "to_local"),
+                "local": p.to_local().numel() if hasattr(p, "to_local") else 0,
+                "element_size": p.element_size(),
+                "trainable": p.requires_grad,
+                # this rank's AdamW moment bytes and step count (the memory plan and the non-finite guard's test)
+                "moment_bytes": sum(m.numel() * m.element_size() for m in moments),
+                "adam_steps": float(state["step"]) if "step" in state else 0.0,
+            }
         (self.out / f"rank{rank}.shards.json").write_text(json.dumps(shards))
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
 
 
 def this_rank(devices: int) -> int:
@@ -175,6 +192,29 @@ class PoisonWeights(L.Callback):
             policy: Any = pl_module.policy
             with torch.no_grad():
                 policy.get_input_embeddings().weight.fill_(float("nan"))
+
+
+class PoisonGradShard(L.Callback):
+    """After each backward of training batch ``step`` on ``rank``: one element of this rank's gradient shard (of the
+    first parameter with one) becomes NaN. The other rank's shards and its loss stay finite: only an agreement across
+    ranks makes both skip the step. (By batch, not ``global_step``: a skipped step does not advance that.)"""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step, self.batch = rank, step, -1
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.batch = batch_idx
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.global_rank != self.rank or self.batch != self.step:
+            return
+        policy: Any = pl_module.policy
+        for param in policy.parameters():
+            if param.grad is not None and _local(param.grad).numel() > 0:
+                _local(param.grad).view(-1)[0] = float("nan")
+                return
 
 
 def flat_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
@@ -214,13 +254,16 @@ def main() -> None:
     )
     parser.add_argument("--strategy", default="ddp", help="the strategy of a multi-rank run (ddp, model_parallel)")
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (> 0: a frozen reference)")
-    parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan"], default="rollout")
+    parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan", "nangrad"], default="rollout")
+    parser.add_argument("--lora", action="store_true", help="train LoRA adapters (r 4) instead of all weights")
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step, args.strategy)
     settings["model"]["beta"] = args.beta
+    if args.lora:  # the reference is then the policy with its adapters disabled
+        settings["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
     trainer, callbacks = settings["trainer"], settings["trainer"]["callbacks"]
     callbacks[0]["init_args"]["steps"] = args.warm_steps
     if args.ckpt_every:
@@ -250,7 +293,8 @@ def main() -> None:
             settings["rollout"] |= {"sync_tolerance": -1.0, "engine": "hf_copy"}
         else:
             poison = {"rank": args.fail_rank, "step": 1}
-            callbacks.append({"class_path": "tests.distributed.workers.maze_run.PoisonWeights", "init_args": poison})
+            name = "PoisonWeights" if args.fail_kind == "nan" else "PoisonGradShard"
+            callbacks.append({"class_path": f"tests.distributed.workers.maze_run.{name}", "init_args": poison})
     path = args.out / f"config.{os.getpid()}.json"
     path.write_text(json.dumps(settings))  # one file per process: Lightning re-runs this script for each rank
     sys.exit(0 if cli_main(["fit", "--config", str(path)]) is not None else 1)
