@@ -20,6 +20,7 @@ import lightning as L
 import torch
 
 from lit_fgrpo.cli import cli_main
+from lit_fgrpo.module_settings import grouped_settings
 from lit_fgrpo.distributed.weight_gather import iter_full_weights
 from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
 
@@ -252,6 +253,7 @@ def main() -> None:
             poison = {"rank": args.fail_rank, "step": 1}
             callbacks.append({"class_path": "tests.distributed.workers.maze_run.PoisonWeights", "init_args": poison})
     path = args.out / f"config.{os.getpid()}.json"
+    settings["model"] = grouped_settings(settings["model"])  # written flat above for short edits; the CLI's groups
     path.write_text(json.dumps(settings))  # one file per process: Lightning re-runs this script for each rank
     sys.exit(0 if cli_main(["fit", "--config", str(path)]) is not None else 1)
 
