@@ -29,7 +29,7 @@ class ObjectiveSettings:
     """The policy objective: loss type and clips, group weight, KL, advantage scale, temperature, IS correction."""
 
     gamma: float = 0.5
-    """Focal exponent: the advantage of each group is scaled by (1 - mu_hat) ** gamma. 0 = the base method."""
+    """The focal exponent: the advantage of each group is scaled by (1 - mu_hat) ** gamma. 0 = the base method."""
     group_weight: GroupWeight | None = None
     """Another per-group weight w(mu_hat, G) in place of the focal one (``maxrl``, ``band``, a dotted path; see
     :mod:`lit_fgrpo.objectives.group_weights`); needs ``gamma: 0``. Assumes binary verdicts."""
