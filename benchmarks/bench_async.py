@@ -111,6 +111,7 @@ def contender(
     from lit_fgrpo.callbacks import RolloutCallback
     from lit_fgrpo.data import PromptDataModule
     from lit_fgrpo.module import FGRPOModule
+    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
     from lit_fgrpo.rollout.base import SamplingConfig
 
     size = SIZES[size_name]
@@ -129,7 +130,9 @@ def contender(
         "initializer_range": 0.02,
     }
     module = FGRPOModule(
-        model_config=model_config, tokenizer="builtin:maze", lr=1e-3, importance_correction="token", seed=0
+        policy=PolicySettings(model_config=model_config, tokenizer="builtin:maze", seed=0),
+        objective=ObjectiveSettings(importance_correction="token"),
+        optimizer=OptimizerSettings(lr=1e-3),
     )
     data = PromptDataModule(
         source="maze", num_train=256, num_val=4, num_test=4, prompts_per_step=size["prompts"], seed=0

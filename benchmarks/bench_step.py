@@ -119,9 +119,14 @@ def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
     from lit_fgrpo.data.datamodule import keep_batch
     from lit_fgrpo.data.records import PromptRecord
     from lit_fgrpo.module import FGRPOModule
+    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
     from lit_fgrpo.rollout.base import SamplingConfig
 
-    module = FGRPOModule(model=str(root), tokenizer=str(root / "tokenizer"), loss_type="grpo", lr=1e-6)
+    module = FGRPOModule(
+        policy=PolicySettings(model=str(root), tokenizer=str(root / "tokenizer")),
+        objective=ObjectiveSettings(loss_type="grpo"),
+        optimizer=OptimizerSettings(lr=1e-6),
+    )
     texts = json.loads((root / "prompts.json").read_text())
     records = [PromptRecord(t, module.tokenizer(t)["input_ids"], {}, i) for i, t in enumerate(texts)]
     rollouts = RolloutCallback(

@@ -34,6 +34,7 @@ from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.logprobs import completion_logprobs
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.tasks.maze import MAZE_VOCAB
@@ -116,8 +117,8 @@ class PhaseTimer(L.Callback):
             rollout.input_ids,
             rollout.attention_mask,
             rollout.completion_length,
-            temperature=pl_module.hparams.temperature,
-            chunk_rows=pl_module.hparams.logprob_chunk_rows,
+            temperature=pl_module.temperature,
+            chunk_rows=pl_module.batching.logprob_chunk_rows,
         )
         self.logprob_seconds = self._now() - start
         self.train_start = self._now()
@@ -176,13 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         vocab = 64 if args.cpu_smoke else 32768
         tokenizer = tokenizer_dir(vocab, Path(tmp))
         model = FGRPOModule(
-            model_config=(TINY_QWEN2 if args.cpu_smoke else QWEN2_05B) | {"vocab_size": vocab},
-            tokenizer=tokenizer,
-            loss_type="dapo",
-            lr=1e-6,
-            micro_batch_rows=args.micro_batch_rows,
-            gradient_checkpointing=not args.cpu_smoke,
-            skip_zero_advantage=False,  # time the full batch whatever the random rewards are
+            policy=PolicySettings(
+                model_config=(TINY_QWEN2 if args.cpu_smoke else QWEN2_05B) | {"vocab_size": vocab},
+                tokenizer=tokenizer,
+                gradient_checkpointing=not args.cpu_smoke,
+            ),
+            objective=ObjectiveSettings(loss_type="dapo"),
+            optimizer=OptimizerSettings(lr=1e-6),
+            # skip_zero_advantage off: time the full batch whatever the random rewards are
+            batching=BatchingSettings(micro_batch_rows=args.micro_batch_rows, skip_zero_advantage=False),
         )
         num_params = sum(p.numel() for p in model.policy.parameters())
         print(f"policy: {num_params / 1e6:.1f}M parameters, vocab {vocab}", flush=True)

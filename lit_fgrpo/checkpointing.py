@@ -24,11 +24,12 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from lit_fgrpo.errors import CheckpointError
+from lit_fgrpo.module_settings import GROUPS, grouped_settings
 from lit_fgrpo.notices import notice
 
 log = logging.getLogger(__name__)
 
-SHAPE_KEYS = ("model", "model_config", "lora", "tokenizer")
+SHAPE_KEYS = ("policy.model", "policy.model_config", "policy.lora", "policy.tokenizer")
 """Model settings that fix the weights' shapes: a checkpoint whose values differ is refused."""
 
 _RESUME_KEYWORDS = ("best", "hpc", "registry")
@@ -135,6 +136,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _leaves(settings: dict[str, Any]) -> dict[str, Any]:
+    # {"optimizer": {"lr": 1e-3}, "val_pass_at_k": [1]} -> {"optimizer.lr": 1e-3, "val_pass_at_k": [1]}
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in GROUPS and isinstance(value, dict):
+            flat |= {f"{key}.{name}": item for name, item in value.items()}
+        else:
+            flat[key] = value
+    return flat
+
+
 def compare_settings(saved: dict[str, Any], config: dict[str, Any], prefix: str, path: Path) -> list[str]:
     """Differences between a checkpoint's saved settings and the config, as ``--prefix.key (checkpoint X, config Y)``.
 
@@ -142,6 +154,8 @@ def compare_settings(saved: dict[str, Any], config: dict[str, Any], prefix: str,
         CheckpointError: If a :data:`SHAPE_KEYS` setting of the model differs.
     """
     saved, config = _plain(saved), _plain(config)
+    if prefix == "model":  # compared per setting of each group; a checkpoint from before the groups is migrated
+        saved, config = _leaves(grouped_settings(saved)), _leaves(grouped_settings(config))
     differences = []
     for key in sorted(set(saved) & set(config)):
         if saved[key] == config[key]:

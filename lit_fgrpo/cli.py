@@ -9,7 +9,7 @@
     lit-fgrpo maze-compare DIR                            # a method comparison (GRPO, F-GRPO, MaxRL, ...) of a sweep
     lit-fgrpo plan --config configs/math/base.yaml --config configs/math/fgrpo.yaml --architecture configs/math/qwen2.5-7b.json
 
-YAML configs are parsed with omegaconf, so ``${model.temperature}``-style interpolation works.
+YAML configs are parsed with omegaconf, so ``${model.objective.temperature}``-style interpolation works.
 
 Errors: a user mistake (see :mod:`lit_fgrpo.errors` and :func:`user_error_message`) prints one ``error: ...`` line,
 at most one ``hint: ...`` line, and exits with status 2. ``--debug`` (anywhere on the command line) or
@@ -53,7 +53,7 @@ class FGRPOCLI(LightningCLI):
     """LightningCLI with the tokenizer shared between model and data, checked resumes and atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("model.tokenizer", "data.tokenizer_path")
+        parser.link_arguments("model.policy.tokenizer", "data.tokenizer_path")
         # The rollout settings are a group of their own (`rollout:` in YAML, --rollout.engine ...): an overlay
         # changes one of them in one line; the RolloutCallback is built from them (instantiate_trainer).
         parser.add_class_arguments(RolloutSettings, "rollout")

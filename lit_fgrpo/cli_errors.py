@@ -115,10 +115,14 @@ def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str,
     message = str(getattr(err, "message", None) or err)
     if message.startswith("Problems parsing config"):
         return f"config: {message.split(':', 1)[1]}", None
-    unknown = re.search(r"does not accept option '([^']+)'", message)
-    where = file_with_key(unknown.group(1), paths) if unknown else None
+    unknown = re.search(r"(?:Group '([^']+)' )?does not accept option '([^']+)'", message)
+    key = ".".join(part for part in unknown.groups() if part) if unknown else ""
+    where = file_with_key(key, paths) if unknown else None
     if unknown and where:
-        return f"{where}: {unknown.group(1)} is not a setting ({message})", _HELP_HINT
+        return f"{where}: {key} is not a setting ({message})", _grouped_hint(key)
+    flat = re.search(r"unrecognized arguments: --model\.(\w+)\b", message)
+    if flat:
+        return message, _grouped_hint(f"model.{flat.group(1)}")
     found = explain(err)
     owner = next((key[1:-1] for key in found.keys if key.startswith("(")), None)
     if re.search(r"has no attribute|No module named|does not exist|not found", found.message):
@@ -126,6 +130,16 @@ def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str,
     if owner and found.keys[0] == "trainer.callbacks":
         return found.render(), f"run `lit-fgrpo fit --trainer.callbacks.help {owner}` for its settings and their types"
     return found.render(), _HELP_HINT
+
+
+def _grouped_hint(key: str) -> str:
+    # FGRPOModule's settings were flat before they were grouped: say where an old name lives now.
+    from lit_fgrpo.module_settings import FLAT_NAMES
+
+    name = key.removeprefix("model.")
+    if key.startswith("model.") and name in FLAT_NAMES:
+        return f"the model's settings are grouped: use --model.{FLAT_NAMES[name]}.{name} (model: {{{FLAT_NAMES[name]}: ...}})"
+    return _HELP_HINT
 
 
 def trainer_error_message(err: BaseException) -> str:
@@ -142,7 +156,7 @@ def _model_type_error(err: BaseException) -> tuple[str, str | None] | None:
     if match is None:
         return None
     return (
-        f"--model.model_config: model_type {match.group(1)!r} is not a transformers model type",
+        f"--model.policy.model_config: model_type {match.group(1)!r} is not a transformers model type",
         "use one transformers knows, e.g. 'llama' or 'qwen2'",
     )
 

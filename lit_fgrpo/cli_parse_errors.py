@@ -52,6 +52,8 @@ class Explained:
             else:
                 rest.append(key)
         message = self.message
+        if head and message.startswith(head.split(" ")[0]):
+            return message  # a settings class's own check already names the full flag (--model.policy.lora.r ...)
         owner = re.search(r"\((\w+)\)", head)
         if owner and message.startswith(f"{owner.group(1)}."):
             message = message[len(owner.group(1)) + 1 :]  # "RolloutCallback.reward_weights ..." under that class

@@ -6,7 +6,7 @@ a short hint) and exits with status 2; every other exception is a bug and keeps 
 
 ``UserError`` subclasses :class:`ValueError`, so code and tests that catch ``ValueError`` keep working.
 
-The message names the culprit first: the flag (``--model.gamma must be >= 0, got -1.0``), the file and 1-based line
+The message names the culprit first: the flag (``--model.objective.gamma must be >= 0, got -1.0``), the file and 1-based line
 (``data/train.jsonl:3: malformed JSON ...``) or the argument (``group_advantages: gamma must be finite, got nan``).
 """
 

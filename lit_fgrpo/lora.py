@@ -1,14 +1,14 @@
 """The policy's optional LoRA adapters: their settings, checked where they are read, and the PEFT wrapper.
 
-``--model.lora`` arrives as a :class:`LoraSettings` from the CLI's parser, but as a plain mapping from the places
-that store it as data: LightningCLI's saved hyperparameters, a checkpoint's ``hparams``, a YAML mapping given to
-the Python API. :func:`lora_settings` turns either into a checked :class:`LoraSettings`, so a wrong value is one
-line naming ``--model.lora.<field>``, never an ``AttributeError`` when the policy is built.
+``--model.policy.lora`` arrives as a :class:`LoraSettings` from the CLI's parser, but as a plain mapping from the
+places that store it as data: LightningCLI's saved hyperparameters, a checkpoint's ``hparams``, a YAML mapping given
+to the Python API. :func:`lora_settings` turns either into :class:`LoraSettings`, which checks itself on
+construction, so a wrong value is one line naming ``--model.policy.lora.<field>``, never an ``AttributeError`` when
+the policy is built.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,9 +17,19 @@ from typing import Any
 from torch import nn
 
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.settings_mapping import settings_from
 
-FLAG = "--model.lora"
+FLAG = "--model.policy.lora"
 """How the CLI names these settings."""
+
+
+def _number(name: str, value: Any, integer: bool) -> float:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ConfigError(f"{FLAG}.{name}: expected {'int' if integer else 'float'}, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{FLAG}.{name} must be finite, got {value}")
+    return value
 
 
 @dataclass
@@ -35,43 +45,30 @@ class LoraSettings:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Module names that receive adapters (at least one)."""
 
+    def __post_init__(self) -> None:
+        """Refuse a rank below 1, a non-positive alpha, a dropout outside [0, 1) and an empty or blank target list.
 
-def _number(name: str, value: Any, integer: bool) -> float:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise ConfigError(f"{FLAG}.{name}: expected {'int' if integer else 'float'}, got {value!r}")
-    if not math.isfinite(value):
-        raise ConfigError(f"{FLAG}.{name} must be finite, got {value}")
-    return value
-
-
-def check_lora(settings: LoraSettings) -> LoraSettings:
-    """Refuse a rank below 1, a non-positive alpha, a dropout outside [0, 1) and an empty or blank target list.
-
-    Returns:
-        ``settings`` itself.
-
-    Raises:
-        ConfigError: ``"--model.lora.r must be >= 1, got 0"`` and the like.
-    """
-    if _number("r", settings.r, integer=True) < 1:
-        raise ConfigError(f"{FLAG}.r must be >= 1, got {settings.r}")
-    if _number("alpha", settings.alpha, integer=False) <= 0:
-        raise ConfigError(f"{FLAG}.alpha must be > 0, got {settings.alpha}")
-    if not 0 <= _number("dropout", settings.dropout, integer=False) < 1:
-        raise ConfigError(f"{FLAG}.dropout must be in [0, 1), got {settings.dropout}")
-    modules = settings.target_modules
-    if isinstance(modules, str) or not isinstance(modules, list | tuple):
-        raise ConfigError(f"{FLAG}.target_modules: expected a list of module names, got {modules!r}")
-    if not modules:
-        raise ConfigError(
-            f"{FLAG}.target_modules is empty: LoRA needs at least one module to adapt",
-            hint="e.g. target_modules: [q_proj, k_proj, v_proj, o_proj]",
-        )
-    for index, name in enumerate(modules):
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{FLAG}.target_modules[{index}] must be a module name, got {name!r}")
-    return settings
+        Raises:
+            ConfigError: ``"--model.policy.lora.r must be >= 1, got 0"`` and the like.
+        """
+        if _number("r", self.r, integer=True) < 1:
+            raise ConfigError(f"{FLAG}.r must be >= 1, got {self.r}")
+        if _number("alpha", self.alpha, integer=False) <= 0:
+            raise ConfigError(f"{FLAG}.alpha must be > 0, got {self.alpha}")
+        if not 0 <= _number("dropout", self.dropout, integer=False) < 1:
+            raise ConfigError(f"{FLAG}.dropout must be in [0, 1), got {self.dropout}")
+        modules = self.target_modules
+        if isinstance(modules, str) or not isinstance(modules, list | tuple):
+            raise ConfigError(f"{FLAG}.target_modules: expected a list of module names, got {modules!r}")
+        if not modules:
+            raise ConfigError(
+                f"{FLAG}.target_modules is empty: LoRA needs at least one module to adapt",
+                hint="e.g. target_modules: [q_proj, k_proj, v_proj, o_proj]",
+            )
+        for index, name in enumerate(modules):
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"{FLAG}.target_modules[{index}] must be a module name, got {name!r}")
+        self.target_modules = list(modules)
 
 
 def lora_settings(value: LoraSettings | Mapping[str, Any] | None) -> LoraSettings | None:
@@ -79,20 +76,9 @@ def lora_settings(value: LoraSettings | Mapping[str, Any] | None) -> LoraSetting
 
     Raises:
         ConfigError: For a field that does not exist, a value of the wrong type or out of range, naming
-            ``--model.lora.<field>``.
+            ``--model.policy.lora.<field>``.
     """
-    if value is None or isinstance(value, LoraSettings):
-        return None if value is None else check_lora(value)
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{FLAG}: expected a mapping of LoRA settings (r, alpha, ...) or null, got {value!r}")
-    known = [item.name for item in dataclasses.fields(LoraSettings)]
-    for name in value:
-        if name not in known:
-            raise ConfigError(f"{FLAG}.{name} is not a LoRA setting; the settings are {', '.join(known)}")
-    fields = dict(value)
-    if isinstance(fields.get("target_modules"), tuple):
-        fields["target_modules"] = list(fields["target_modules"])
-    return check_lora(LoraSettings(**fields))
+    return None if value is None else settings_from(LoraSettings, value, FLAG)
 
 
 def apply_lora(policy: nn.Module, lora: LoraSettings) -> nn.Module:

@@ -17,21 +17,29 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
-from typing_extensions import override
+from typing_extensions import Self, override
 
 from lit_fgrpo.distributed.full_copy import save_sharded_policy
 from lit_fgrpo.distributed.strategy import shard_for_strategy
 from lit_fgrpo.distributed.weight_gather import is_sharded
-from lit_fgrpo.lora import lora_settings
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.lora import LoraSettings
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType
-from lit_fgrpo.objectives.aggregation import clip_range
-from lit_fgrpo.objectives.hparam_checks import check_module_args
+from lit_fgrpo.module_settings import (
+    GROUPS,
+    BatchingSettings,
+    ObjectiveSettings,
+    OptimizerSettings,
+    PolicySettings,
+    checkpoint_init_args,
+)
+from lit_fgrpo.objectives import GroupWeight, LossType
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.pass_at_k_steps import PassAtKSteps
-from lit_fgrpo.policy import LoraSettings, apply_lora, build_policy, load_tokenizer, save_policy
+from lit_fgrpo.policy import apply_lora, build_policy, load_tokenizer, save_policy
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
+from lit_fgrpo.settings_mapping import settings_from
 from lit_fgrpo.timing import PhaseTimer
 from lit_fgrpo.update import ImportanceCorrection, PolicyUpdate, UpdateSettings
 from lit_fgrpo.update_handles import LightningCollectives, LightningOptimizerStep
@@ -47,107 +55,61 @@ class FGRPOModule(PassAtKSteps):
     """F-GRPO / F-DAPO / F-CISPO training of a causal LM on verifiable rewards.
 
     Args:
-        model: local directory of a Hugging Face causal LM (give this or ``model_config``).
-        model_config: an HF config as a dict (``{"model_type": "qwen2", "hidden_size": 128, ...}``) to build a
-            fresh model from; vocab size and special ids default to the tokenizer's.
-        tokenizer: tokenizer directory (defaults to ``model``), or ``builtin:maze``.
-        gamma: focal exponent; the advantage of each group is scaled by (1 - mu_hat) ** gamma. 0 = base method.
-        group_weight: another per-group weight w(mu_hat, G) in place of the focal one (``maxrl``, ``band``, a
-            dotted path; see :mod:`lit_fgrpo.objectives.group_weights`); needs ``gamma: 0``. Assumes binary verdicts.
-        loss_type: grpo, bnpo, dr_grpo, dapo, cispo or gspo (sets the clip defaults and the token aggregation).
-        epsilon: lower clip (default by preset: 0.2, cispo 1.0).
-        epsilon_high: upper clip (default by preset: 0.2, dapo 0.28, cispo 5.0).
-        beta: k3 KL coefficient; > 0 keeps a frozen reference (for LoRA: the base with adapters disabled).
-        scale_rewards: divide by the group std ("group"), the batch std ("batch") or not at all ("none").
-        advantage_eps: added to the std (verl 1e-6, TRL 1e-4).
-        num_iterations: passes over each rollout batch (mu); > 1 stores old log-probs.
-        mini_batch_prompts: prompts per optimizer step over all ranks (global, like ``prompts_per_step``; each rank
-            takes its share); None = one step per rollout batch.
-        micro_batch_rows: rows per forward/backward; gradients accumulate over a mini-batch.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
-        adam_betas: AdamW betas.
-        warmup_steps: linear warm-up of the learning rate, in optimizer steps; constant afterwards.
-        max_grad_norm: gradient-norm clip (None = off).
-        temperature: sampling temperature, also applied to the training logits.
-        lora: optional LoRA settings (PEFT).
-        gradient_checkpointing: trade compute for memory in the policy's forward.
-        logprob_chunk_rows: rows per forward when computing log-probs without grad.
-        importance_correction: train/inference mismatch correction with the engine's sampling log-probs:
-            "none", "token" or "sequence" truncated importance sampling.
-        importance_cap: cap C of the truncated importance weights.
-        skip_zero_advantage: skip the forward/backward of rows whose advantage is 0 (the loss's divisor is
-            kept, so the update is identical).
+        policy: the model, tokenizer, LoRA, gradient checkpointing, build seed and export folder
+            (``--model.policy.*``; :class:`~lit_fgrpo.module_settings.PolicySettings`).
+        objective: loss type and clips, gamma or another group weight, KL, advantage scale, temperature, importance
+            correction (``--model.objective.*``; :class:`~lit_fgrpo.objectives.settings.ObjectiveSettings`).
+        optimizer: AdamW, warm-up, gradient clip, non-finite skips (``--model.optimizer.*``;
+            :class:`~lit_fgrpo.module_settings.OptimizerSettings`).
+        batching: mu passes, mini-batches, micro-batches, log-prob chunks, zero-advantage skipping
+            (``--model.batching.*``; :class:`~lit_fgrpo.module_settings.BatchingSettings`).
         val_pass_at_k: the k values of pass@k logged in validation (each <= the validation sample count).
-        save_pretrained_dir: if set, the policy (LoRA merged) and tokenizer are saved there at the end of fit,
-            and logged as the MLflow run's ``policy/`` artifacts (reload: ``lit_fgrpo.reporting.load_policy_from_run``).
-        seed: seed for building a model from ``model_config``.
-        max_nonfinite_skips: optimizer steps with a non-finite loss or gradient are skipped (counted, logged as
-            ``train/nonfinite_skips``); this many in a row stop the run with a ``NonFiniteError``.
+
+    Each group may also be given as a mapping of its fields (as checkpoints store them).
     """
 
     def __init__(
         self,
-        model: str | None = None,
-        model_config: dict[str, Any] | None = None,
-        tokenizer: str | None = None,
-        gamma: float = 0.5,
-        loss_type: LossType = "grpo",
-        epsilon: float | None = None,
-        epsilon_high: float | None = None,
-        beta: float = 0.0,
-        scale_rewards: AdvantageScale = "group",
-        advantage_eps: float = 1e-6,
-        num_iterations: int = 1,
-        mini_batch_prompts: int | None = None,
-        micro_batch_rows: int = 64,
-        lr: float = 1e-6,
-        weight_decay: float = 0.0,
-        adam_betas: tuple[float, float] = (0.9, 0.999),
-        warmup_steps: int = 0,
-        max_grad_norm: float | None = 1.0,
-        temperature: float = 1.0,
-        lora: LoraSettings | None = None,
-        gradient_checkpointing: bool = False,
-        logprob_chunk_rows: int = 64,
-        importance_correction: ImportanceCorrection = "none",
-        importance_cap: float = 3.0,
-        skip_zero_advantage: bool = True,
+        policy: PolicySettings = PolicySettings(),
+        objective: ObjectiveSettings = ObjectiveSettings(),
+        optimizer: OptimizerSettings = OptimizerSettings(),
+        batching: BatchingSettings = BatchingSettings(),
         val_pass_at_k: list[int] | None = None,
-        save_pretrained_dir: str | None = None,
-        seed: int = 0,
-        group_weight: GroupWeight | None = None,
-        max_nonfinite_skips: int = 5,
     ) -> None:
         super().__init__()
-        if isinstance(group_weight, dict):  # as stored in a checkpoint's hyperparameters
-            group_weight = GroupWeight(**group_weight)
-        lora = lora_settings(lora)  # a mapping from YAML, LightningCLI's hparams or a checkpoint; checked
-        check_module_args(locals())
-        self.nonfinite_guard = NonFiniteGuard(max_nonfinite_skips)
+        self.policy_settings = settings_from(PolicySettings, policy, "--model.policy")
+        """Where the policy comes from and how it is built (``--model.policy.*``)."""
+        self.objective = settings_from(ObjectiveSettings, objective, "--model.objective")
+        """What the update optimises (``--model.objective.*``)."""
+        self.optimizer_settings = settings_from(OptimizerSettings, optimizer, "--model.optimizer")
+        """AdamW, warm-up, clip and the non-finite guard's limit (``--model.optimizer.*``)."""
+        self.batching = settings_from(BatchingSettings, batching, "--model.batching")
+        """How a rollout is cut into optimizer steps and forward passes (``--model.batching.*``)."""
+        for k in val_pass_at_k or []:
+            if k < 1:
+                raise ConfigError(f"--model.val_pass_at_k values must be >= 1, got {k}")
         self.save_hyperparameters()
-        # Stored as a plain dict: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
-        self.hparams["group_weight"] = dataclasses.asdict(group_weight) if group_weight is not None else None
-        self.hparams["lora"] = dataclasses.asdict(lora) if lora is not None else None
-        self.lora = lora  # checked settings; None: the full policy is trained
+        # Plain dicts: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
+        groups: tuple[Any, ...] = (self.policy_settings, self.objective, self.optimizer_settings, self.batching)
+        self.hparams.update({name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)})
+        self.nonfinite_guard = NonFiniteGuard(self.optimizer_settings.max_nonfinite_skips)
         self.automatic_optimization = False
-        self.loss_type: LossType = loss_type
-        self.epsilon, self.epsilon_high = clip_range(loss_type, epsilon, epsilon_high)
-        weight = group_weight if group_weight is not None else GroupWeight("focal", gamma=float(gamma))
-        self.update_settings = UpdateSettings(
-            loss_type=loss_type, epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=beta, group_weight=weight,
-            scale_rewards=scale_rewards, advantage_eps=advantage_eps, importance_correction=importance_correction,
-            importance_cap=importance_cap, num_iterations=num_iterations, mini_batch_prompts=mini_batch_prompts,
-            micro_batch_rows=micro_batch_rows, logprob_chunk_rows=logprob_chunk_rows, temperature=temperature,
-            skip_zero_advantage=skip_zero_advantage, max_grad_norm=max_grad_norm,
-        )  # fmt: skip
-        """The objective and batching settings of :meth:`policy_update`."""
-        self.tokenizer = load_tokenizer(tokenizer or model or "")
+        self.loss_type: LossType = self.objective.loss_type
+        self.epsilon, self.epsilon_high = self.objective.clip
+        self.update_settings = UpdateSettings.of(self.objective, self.batching, self.optimizer_settings)
+        """The objective and batching settings of :meth:`policy_update`, resolved."""
+        self.tokenizer = load_tokenizer(self.policy_settings.tokenizer or self.policy_settings.model or "")
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
         self._reference: list[nn.Module] = []
         self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
         self.timer = PhaseTimer()
         """Wall time per phase of the training batch (the update's and the rollout callback's), logged under ``time/``."""
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Self:  # type: ignore[override]
+        """Lightning's loader; a checkpoint with the flat settings of before the groups is migrated first."""
+        kwargs = checkpoint_init_args(checkpoint_path) | kwargs
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ model
     @override
@@ -159,17 +121,17 @@ class FGRPOModule(PassAtKSteps):
         """
         if "policy" in self._modules:
             return
-        hp = self.hp
+        settings = self.policy_settings
         dtype = torch.float32
         if self._trainer is not None:
             dtype = _HALF_PRECISIONS.get(str(self.trainer.precision), torch.float32)
-        policy = build_policy(hp.model, hp.model_config, self.tokenizer, hp.seed, dtype=dtype)
-        if hp.gradient_checkpointing:
+        policy = build_policy(settings.model, settings.model_config, self.tokenizer, settings.seed, dtype=dtype)
+        if settings.gradient_checkpointing:
             # Non-reentrant: works when the inputs need no grad (frozen embeddings, LoRA) and with our decoder call.
             policy.gradient_checkpointing_enable(  # type: ignore[operator]
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
-        if hp.beta > 0 and not self.is_lora:
+        if self.objective.beta > 0 and not self.is_lora:
             reference = copy.deepcopy(policy).eval()
             reference.requires_grad_(False)
             self._reference.append(reference)
@@ -189,9 +151,9 @@ class FGRPOModule(PassAtKSteps):
         return module
 
     @property
-    def hp(self) -> Any:
-        """The saved hyperparameters (typed loosely for attribute access); the one source of ``gamma`` & co."""
-        return self.hparams
+    def lora(self) -> LoraSettings | None:
+        """The checked LoRA settings (``--model.policy.lora``); None: the full policy is trained."""
+        return self.policy_settings.lora
 
     @property
     def is_lora(self) -> bool:
@@ -201,7 +163,7 @@ class FGRPOModule(PassAtKSteps):
     @property
     def reference(self) -> nn.Module | None:
         """The frozen reference for the KL term (None without KL, and with LoRA: the adapters are disabled)."""
-        if self.hp.beta > 0:
+        if self.objective.beta > 0:
             _ = self.policy  # built together
         return self._reference[0] if self._reference else None
 
@@ -218,9 +180,9 @@ class FGRPOModule(PassAtKSteps):
 
     @override
     def configure_optimizers(self) -> Any:
-        params, hp = [p for p in self.policy.parameters() if p.requires_grad], self.hp
-        optimizer = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay, betas=tuple(hp.adam_betas))
-        warmup = hp.warmup_steps
+        params, o = [p for p in self.policy.parameters() if p.requires_grad], self.optimizer_settings
+        optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.adam_betas)
+        warmup = o.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
@@ -297,10 +259,11 @@ class FGRPOModule(PassAtKSteps):
     @override
     def on_fit_end(self) -> None:
         # After the callbacks' on_fit_end (Lightning's order), before the logger closes the run.
-        if self.hp.save_pretrained_dir and is_sharded(self.policy):  # issue 24: every rank gathers, rank 0 writes
-            self.save_pretrained(self.hp.save_pretrained_dir)
-        elif self.hp.save_pretrained_dir and self.trainer.is_global_zero:
-            directory = self.save_pretrained(self.hp.save_pretrained_dir)
+        folder = self.policy_settings.save_pretrained_dir
+        if folder and is_sharded(self.policy):  # issue 24: every rank gathers, rank 0 writes
+            self.save_pretrained(folder)
+        elif folder and self.trainer.is_global_zero:
+            directory = self.save_pretrained(folder)
             # The run carries the weights it produced: the same files as the run's `policy/` artifacts.
             where = log_policy(self.logger, directory)
             rank_zero_info(f"policy saved to {directory}" + (f" and logged as {where}" if where else ""))

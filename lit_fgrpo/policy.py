@@ -31,7 +31,7 @@ def load_tokenizer(name_or_path: str) -> Any:
 
     if not Path(name_or_path).exists():
         raise FileNotFoundError(
-            f"FGRPOModule.tokenizer: {name_or_path!r} is not a local directory (no hub access at run time); "
+            f"--model.policy.tokenizer: {name_or_path!r} is not a local directory (no hub access at run time); "
             f"pass a saved tokenizer folder or {BUILTIN_MAZE_TOKENIZER!r}"
         )
     return AutoTokenizer.from_pretrained(name_or_path)
@@ -55,7 +55,7 @@ def build_policy(
         raise ValueError("FGRPOModule: give exactly one of `model` (a local path) or `model_config` (a config dict)")
     if model is not None:
         if not Path(model).exists():
-            raise FileNotFoundError(f"FGRPOModule.model: {model!r} is not a local directory (no hub at run time)")
+            raise FileNotFoundError(f"--model.policy.model: {model!r} is not a local directory (no hub at run time)")
         return AutoModelForCausalLM.from_pretrained(model, torch_dtype=dtype)
     assert model_config is not None
     config = policy_config(model_config, tokenizer)
@@ -69,7 +69,7 @@ def policy_config(model_config: dict[str, Any], tokenizer: Any) -> Any:
 
     cfg = dict(model_config)
     if "model_type" not in cfg:
-        raise ValueError("FGRPOModule.model_config needs a `model_type` key, e.g. 'qwen2' or 'llama'")
+        raise ValueError("--model.policy.model_config needs a `model_type` key, e.g. 'qwen2' or 'llama'")
     cfg.setdefault("vocab_size", len(tokenizer))
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if getattr(tokenizer, name, None) is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -35,20 +35,23 @@ from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.objectives.policy_loss import policy_loss
+from lit_fgrpo.objectives.settings import ImportanceCorrection, ObjectiveSettings
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.scoring import eval_mode, train_mode
 from lit_fgrpo.timing import PhaseTimer
 from lit_fgrpo.update_handles import Collectives, OptimizerStep
 
-ImportanceCorrection = Literal["none", "token", "sequence"]
-"""Train/inference mismatch correction: none, or truncated importance sampling per token or per sequence."""
+if TYPE_CHECKING:
+    from lit_fgrpo.module_settings import BatchingSettings, OptimizerSettings
+
 Pieces = list[dict[str, Tensor]]
 """The detached statistics of each micro-batch (see :func:`~lit_fgrpo.objectives.diagnostics.train_stats`)."""
 
 
 @dataclass(frozen=True)
 class UpdateSettings:
-    """The objective and batching settings of the update (already validated by the module's argument checks)."""
+    """The objective and batching settings of the update, resolved (clips and group weight) from the module's
+    checked groups by :meth:`of`."""
 
     loss_type: LossType
     """grpo, bnpo, dr_grpo, dapo, cispo or gspo: the surrogate and its token aggregation."""
@@ -82,6 +85,23 @@ class UpdateSettings:
     """Sampling temperature, applied to the training logits."""
     max_grad_norm: float | None
     """Gradient-norm clip (None = off)."""
+
+    @classmethod
+    def of(
+        cls, objective: ObjectiveSettings, batching: BatchingSettings, optimizer: OptimizerSettings
+    ) -> UpdateSettings:
+        """The update's view of the module's settings groups: the loss type's default clips and the focal weight
+        of ``gamma`` filled in."""
+        epsilon, epsilon_high = objective.clip
+        o, b = objective, batching
+        return cls(
+            loss_type=o.loss_type, epsilon=epsilon, epsilon_high=epsilon_high, beta=o.beta, group_weight=o.weight,
+            scale_rewards=o.scale_rewards, advantage_eps=o.advantage_eps, importance_correction=o.importance_correction,
+            importance_cap=o.importance_cap, temperature=o.temperature, num_iterations=b.num_iterations,
+            mini_batch_prompts=b.mini_batch_prompts, micro_batch_rows=b.micro_batch_rows,
+            logprob_chunk_rows=b.logprob_chunk_rows, skip_zero_advantage=b.skip_zero_advantage,
+            max_grad_norm=optimizer.max_grad_norm,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -171,17 +171,15 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
     )
     rollout["sampling"]["n"] = 4
     checkpoint["init_args"].update(dirpath=str(tmp / "checkpoints"), every_n_train_steps=2)
-    cfg["model"]["model_config"].update(
+    cfg["model"]["policy"]["model_config"].update(
         hidden_size=64, num_attention_heads=2, num_key_value_heads=2, intermediate_size=128
     )  # head_dim 32: vLLM's CPU attention rejects 16
-    cfg["model"].update(
-        temperature=TEMPERATURE,
-        lr=3e-3,
-        mini_batch_prompts=2,  # two optimizer steps per rollout batch: global_step moves by 2
-        importance_correction=importance_correction,
-        importance_cap=3.0,
-        save_pretrained_dir=None,
+    cfg["model"]["objective"] = dict(
+        temperature=TEMPERATURE, importance_correction=importance_correction, importance_cap=3.0
     )
+    cfg["model"]["optimizer"]["lr"] = 3e-3
+    cfg["model"]["batching"]["mini_batch_prompts"] = 2  # two optimizer steps per rollout batch: global_step moves by 2
+    cfg["model"]["policy"]["save_pretrained_dir"] = None
     cfg["data"]["num_train"] = 64
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -249,7 +247,7 @@ def test_resumed_run_first_rollout_uses_restored_weights(runs: dict[str, Any]) -
 @pytest.mark.parametrize(("run", "mode"), [("a", "token"), ("b", "sequence")])
 def test_importance_correction_runs_with_finite_loss(runs: dict[str, Any], run: str, mode: str) -> None:
     trainer = runs[run]
-    assert trainer.lightning_module.hparams.importance_correction == mode
+    assert trainer.lightning_module.importance_correction == mode
     losses = trainer.logger.points("train/loss")
     assert losses and all(math.isfinite(loss) for _, loss in losses), losses
     assert all(math.isfinite(v) for _, v in trainer.logger.points("rollout/logprob_mismatch"))

@@ -37,8 +37,8 @@ def per_rank_mini_batch(mini_batch_prompts: int | None, world_size: int) -> int 
     together is global mini-batch ``j`` (prompts ``[j * M, (j + 1) * M)`` of the global batch).
 
     Raises:
-        ValueError: Naming ``--model.mini_batch_prompts`` when it does not divide by ``world_size``.
+        ValueError: Naming ``--model.batching.mini_batch_prompts`` when it does not divide by ``world_size``.
     """
     if mini_batch_prompts is None:
         return None
-    return per_rank_share(mini_batch_prompts, world_size, "--model.mini_batch_prompts")
+    return per_rank_share(mini_batch_prompts, world_size, "--model.batching.mini_batch_prompts")

@@ -6,7 +6,7 @@
 
 The ``--config`` files (several stack, as for ``fit``) and ``--section.key`` overrides are parsed by ``fit``'s own
 parser; nothing is instantiated. The policy is built on the meta device (shapes, no storage) from
-``model.model_config``, the ``config.json`` of the local ``model.model`` directory, or ``--architecture FILE`` (an HF
+``model.policy.model_config``, the ``config.json`` of the local ``model.policy.model`` directory, or ``--architecture FILE`` (an HF
 ``config.json``, for a model not downloaded yet), LoRA applied; the arithmetic is
 :func:`lit_fgrpo.distributed.memory_plan.memory_plan`. A plan that exceeds ``--gpu_memory_gib`` is refused in one
 line (exit status 2).
@@ -88,7 +88,7 @@ def architecture(model: Namespace, architecture_file: str | None) -> Any:
     directory = Path(str(model.get("model") or ""))
     if not (directory / "config.json").is_file():
         raise ConfigError(
-            f"--model.model {model.get('model')}: no config.json there to read the architecture from; "
+            f"--model.policy.model {model.get('model')}: no config.json there to read the architecture from; "
             "pass --architecture FILE (configs/math/qwen2.5-7b.json for the 7B presets)"
         )
     return AutoConfig.from_pretrained(directory)
@@ -175,7 +175,7 @@ def plan_run(argv: list[str]) -> PlannedRun:
     if own.gpu_memory_gib <= 0:
         raise ConfigError(f"--gpu_memory_gib must be > 0, got {own.gpu_memory_gib}")
     config = parse_fit_config(words)
-    model, trainer = config.model, config.trainer
+    model, trainer = config.model.policy, config.trainer
     lora = lora_settings(_plain(model.get("lora")))
     shapes = policy_shapes(architecture(model, own.architecture), lora)
     world = world_size(trainer)
@@ -183,7 +183,7 @@ def plan_run(argv: list[str]) -> PlannedRun:
     sharded = name == STRATEGY_NAME
     precision = str(trainer.get("precision") or "32-true")
     param_bytes = 2 if precision in _TWO_BYTES else 8 if precision.startswith("64") else 4
-    reference = float(model.get("beta") or 0.0) > 0 and lora is None
+    reference = float(config.model.objective.get("beta") or 0.0) > 0 and lora is None
     settings = PlanSettings(world, sharded, world > 1 and not sharded, param_bytes, reference, shard_reference)
     gpu_bytes = int(own.gpu_memory_gib * GIB)
     accelerator = str(trainer.get("accelerator") or "auto")

@@ -35,7 +35,7 @@ class ShardingSettings:
     """Compute in bf16 with fp32 gradient reductions (FSDP2 ``MixedPrecisionPolicy``); the stored parameters, the
     gradients and AdamW's states stay in the parameters' dtype (fp32 with ``precision: 32-true``). For GPUs."""
     activation_checkpointing: bool = False
-    """Recompute each decoder layer's activations in backward (the same as ``--model.gradient_checkpointing``)."""
+    """Recompute each decoder layer's activations in backward (the same as ``--model.policy.gradient_checkpointing``)."""
     reshard_after_forward: bool = True
     """Free each layer's gathered parameters after its forward (ZeRO-3); False keeps them until backward (ZeRO-2)."""
     shard_reference: bool = True

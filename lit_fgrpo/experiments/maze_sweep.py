@@ -56,6 +56,7 @@ from lit_fgrpo.experiments.sweep_state import (
     write_json,
 )
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 from lit_fgrpo.progress import progress
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
 from lit_fgrpo.tasks.maze import maze_prompt_tokens
@@ -239,9 +240,11 @@ def _run_seed(
         num_val=s["num_val"], num_test=s["num_test"], prompts_per_step=s["prompts_per_step"], val_batch_size=64,
         seed=seed, val_size=s["num_val"], tokenizer_path="builtin:maze",
     )  # fmt: skip
+    # Every group but the objective (temperature 1 and the arm's gamma and method: Arm.module).
     module_args: dict[str, Any] = dict(
-        model_config=config, tokenizer="builtin:maze", lr=s["rl_lr"], max_grad_norm=1.0, temperature=1.0,
-        micro_batch_rows=s["micro_batch_rows"], val_pass_at_k=val_ks, seed=seed,
+        policy=PolicySettings(model_config=config, tokenizer="builtin:maze", seed=seed),
+        optimizer=OptimizerSettings(lr=s["rl_lr"], max_grad_norm=1.0),
+        batching=BatchingSettings(micro_batch_rows=s["micro_batch_rows"]), val_pass_at_k=val_ks,
     )  # fmt: skip
     L.seed_everything(seed, verbose=False)
     splits = make_maze_splits(maze_config, s["num_train"], s["num_val"], s["num_test"], seed)
@@ -250,7 +253,7 @@ def _run_seed(
         test = make_maze_splits(maze_config, 0, 0, s["num_test"], s["maze_seed"])["test"]
     train_keys = {" ".join(maze_prompt_tokens(m)) for m in splits["train"]}
     overlap = sum(" ".join(maze_prompt_tokens(m)) in train_keys for m in test)
-    base = FGRPOModule(gamma=0.0, **module_args)
+    base = FGRPOModule(objective=ObjectiveSettings(gamma=0.0), **module_args)
     policy: Any = base.policy.to(device)
     tokenizer = base.tokenizer
     base_info = _warm_start(seed, seed_dir, base, splits["train"], test, s)

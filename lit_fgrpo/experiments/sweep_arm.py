@@ -9,6 +9,7 @@ success-rate family and its relatives with the settings of ``configs/maze/<metho
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -24,9 +25,11 @@ from typing_extensions import override
 from lit_fgrpo.callbacks import GeneratedTokenBudget, RNGStateCallback, RolloutCallback
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+from lit_fgrpo.settings_mapping import settings_from
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +80,25 @@ class Arm:
             raise ValueError(f"--arms: {text!r}: {arm.method} replaces the focal weight; give gamma 0")
         return arm
 
-    def module_overrides(self) -> dict[str, Any]:
-        """``FGRPOModule`` arguments of the method (besides ``gamma``), as in ``configs/maze/<method>.yaml``."""
+    def module_overrides(self) -> dict[str, dict[str, Any]]:
+        """``FGRPOModule`` settings of the method (besides ``gamma``) by group, as in ``configs/maze/<method>.yaml``."""
         if self.method == "maxrl":
-            return {"group_weight": GroupWeight(kind="maxrl"), "scale_rewards": "none"}
+            return {"objective": {"group_weight": GroupWeight(kind="maxrl"), "scale_rewards": "none"}}
         if self.method == "band":
-            return {"group_weight": GroupWeight(kind="band", low=0.1, high=0.9)}
+            return {"objective": {"group_weight": GroupWeight(kind="band", low=0.1, high=0.9)}}
         if self.method == "gspo":
-            return {"loss_type": "gspo", "num_iterations": 2}
+            return {"objective": {"loss_type": "gspo"}, "batching": {"num_iterations": 2}}
         if self.method == "async":
-            return {"importance_correction": "token"}
+            return {"objective": {"importance_correction": "token"}}
         return {}
+
+    def module(self, module_args: dict[str, Any]) -> FGRPOModule:
+        """The arm's module: ``module_args`` (every group but the objective) with the arm's gamma and method."""
+        overrides = self.module_overrides()
+        objective = ObjectiveSettings(gamma=self.gamma, **overrides.get("objective", {}))
+        batching = settings_from(BatchingSettings, module_args.get("batching", {}), "--model.batching")
+        batching = dataclasses.replace(batching, **overrides.get("batching", {}))
+        return FGRPOModule(**(module_args | {"objective": objective, "batching": batching}))
 
     def dynamic_sampling(self) -> DynamicSampling | None:
         """DAPO's dynamic sampling for the ``dynamic`` method (configs/maze/dynamic.yaml), else None."""
@@ -162,7 +173,7 @@ def train_arm(
         folder: The arm's folder (``last.ckpt`` lives here).
         arm: Group size and gamma.
         base_state: Warm-start weights (ignored when a checkpoint is restored).
-        module_args: ``FGRPOModule`` keyword arguments except ``gamma``.
+        module_args: ``FGRPOModule`` keyword arguments except ``objective`` (the arm's gamma and method).
         data_args: ``PromptDataModule`` keyword arguments.
         target_step: Train until the arm has this many RL steps.
         val_samples: Samples per validation maze for the pre-RL check.
@@ -178,7 +189,7 @@ def train_arm(
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     ckpt = folder / CHECKPOINT
-    module = FGRPOModule(gamma=arm.gamma, **(module_args | arm.module_overrides()))
+    module = arm.module(module_args)
     module.policy.load_state_dict(base_state)
     datamodule = PromptDataModule(**data_args)
     done_id = int(module.tokenizer.convert_tokens_to_ids("DONE"))

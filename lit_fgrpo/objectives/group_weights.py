@@ -40,7 +40,7 @@ from lit_fgrpo.objectives.advantages import focal_weight, group_success_rate
 GroupWeightKind = Literal["focal", "maxrl", "band"]
 GROUP_WEIGHT_KINDS: tuple[str, ...] = ("focal", "maxrl", "band")
 GroupWeightFn = Callable[[Tensor, Tensor], Tensor]
-_ARG = "group_weight"  # the setting's name in error messages (--model.group_weight)
+_ARG = "--model.objective.group_weight"  # the setting's name in error messages
 
 
 def _load_dotted(path: str, arg: str) -> GroupWeightFn:

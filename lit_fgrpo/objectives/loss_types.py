@@ -57,7 +57,7 @@ LOSS_TYPES: tuple[str, ...] = get_args(LossType)
 assert tuple(LOSS_SPECS) == LOSS_TYPES, "LossType and LOSS_SPECS must list the same names"
 
 
-def loss_spec(loss_type: str, arg: str = "--model.loss_type") -> LossSpec:
+def loss_spec(loss_type: str, arg: str = "--model.objective.loss_type") -> LossSpec:
     """The table entry of ``loss_type``.
 
     Raises:

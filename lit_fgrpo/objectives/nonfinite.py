@@ -58,11 +58,22 @@ def _local(tensor: Tensor) -> Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
+def check_skip_limit(value: float) -> int:
+    """``value`` as the int limit of skips in a row.
+
+    Raises:
+        ConfigError: ``--model.optimizer.max_nonfinite_skips must be an integer >= 1, got 0`` (and for 1.5).
+    """
+    if int(value) != value or value < 1:
+        raise ConfigError(f"--model.optimizer.max_nonfinite_skips must be an integer >= 1, got {value}")
+    return int(value)
+
+
 class NonFiniteGuard:
     """Counts skipped optimizer steps and stops the run after too many in a row.
 
     Args:
-        max_consecutive: Skips in a row that stop the run (``--model.max_nonfinite_skips``); >= 1.
+        max_consecutive: Skips in a row that stop the run (``--model.optimizer.max_nonfinite_skips``); >= 1.
 
     Attributes:
         num_skipped: Steps skipped so far in total.
@@ -70,9 +81,7 @@ class NonFiniteGuard:
     """
 
     def __init__(self, max_consecutive: int = 5) -> None:
-        if int(max_consecutive) != max_consecutive or max_consecutive < 1:
-            raise ConfigError(f"--model.max_nonfinite_skips must be an integer >= 1, got {max_consecutive}")
-        self.max_consecutive = int(max_consecutive)
+        self.max_consecutive = check_skip_limit(max_consecutive)
         self.num_skipped = 0
         self.consecutive = 0
 
@@ -108,7 +117,7 @@ class NonFiniteGuard:
         if self.consecutive >= self.max_consecutive:
             raise NonFiniteError(
                 f"step {step}: {culprit} is not finite for the {self.consecutive}th step in a row; stopping",
-                hint="lower the learning rate, check the rewards, or raise --model.max_nonfinite_skips",
+                hint="lower the learning rate, check the rewards, or raise --model.optimizer.max_nonfinite_skips",
             )
         log.warning(
             "step %d: %s is not finite; optimizer step skipped (%d in a row, %d in total)",

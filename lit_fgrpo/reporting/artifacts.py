@@ -110,7 +110,7 @@ def load_policy_from_run(
     except (MlflowException, OSError):  # the run exists: its artifacts have no policy/ folder
         raise CheckpointError(
             f"{where}: no {POLICY_ARTIFACT_PATH}/ artifacts",
-            hint="the run logs its policy when trained with --model.save_pretrained_dir",
+            hint="the run logs its policy when trained with --model.policy.save_pretrained_dir",
         ) from None
     if not (Path(local) / "config.json").is_file():
         raise CheckpointError(f"{where}: {POLICY_ARTIFACT_PATH}/ holds no save_pretrained model (no config.json)")

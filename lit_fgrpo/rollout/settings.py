@@ -80,7 +80,7 @@ class RolloutSettings:
     """DAPO's dynamic sampling: rounds drawn from the data module until the step has P informative groups."""
     max_staleness: int = 0
     """k; 0 = synchronous. k >= 1 generates up to k batches ahead of the trainer on the engine's own weight copy
-    (vLLM or "hf_copy"), corrected with the module's importance weights (``--model.importance_correction``)."""
+    (vLLM or "hf_copy"), corrected with the module's importance weights (``--model.objective.importance_correction``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.sampling, dict):  # a config's plain mapping
@@ -163,7 +163,7 @@ class RolloutSettings:
             else "every advantage would be 0"
         )
         raise ConfigError(
-            f"--model.group_weight {shown} is 0 for every success rate a group of --rollout.sampling.n={n} can have "
+            f"--model.objective.group_weight {shown} is 0 for every success rate a group of --rollout.sampling.n={n} can have "
             f"({rates}): {then}",
             hint="widen the band (low < k/G < high for some k), or change --rollout.sampling.n",
         )
@@ -231,8 +231,8 @@ def check_async_settings(max_staleness: int, sync_every: int, importance_correct
         )
     if importance_correction == "none":
         raise ConfigError(
-            f"--model.importance_correction=none with RolloutCallback.max_staleness={max_staleness}: stale rollouts "
-            "need the decoupled objective's importance weights; use --model.importance_correction=token (or sequence)"
+            f"--model.objective.importance_correction=none with RolloutCallback.max_staleness={max_staleness}: stale rollouts "
+            "need the decoupled objective's importance weights; use --model.objective.importance_correction=token (or sequence)"
         )
 
 

@@ -136,7 +136,7 @@ def test_refusals_name_the_flag(tmp_path: Path) -> None:
     assert "own copy" in str(err.value)
     with pytest.raises(ValueError) as err:
         fit(tmp_path / "none", 1, max_staleness=1, importance_correction="none")
-    one_line_refusal(err, "--model.importance_correction")
+    one_line_refusal(err, "--model.objective.importance_correction")
     with pytest.raises(ValueError) as err:
         RolloutCallback(engine="hf_copy", max_staleness=1, sync_every=2)
     one_line_refusal(err, "sync_every")

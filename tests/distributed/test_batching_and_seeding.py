@@ -58,7 +58,7 @@ def test_per_rank_share_divides_or_refuses_with_the_numbers() -> None:
         per_rank_share(2, 4, "--data.prompts_per_step")
     assert per_rank_mini_batch(None, 4) is None
     assert per_rank_mini_batch(64, 16) == 4
-    with pytest.raises(ValueError, match="--model.mini_batch_prompts=6"):
+    with pytest.raises(ValueError, match="--model.batching.mini_batch_prompts=6"):
         per_rank_mini_batch(6, 4)
 
 

@@ -136,7 +136,7 @@ FAILURES = {
     "sync": ("weight sync at step 0", "WeightSyncError: "),
 }
 # A NaN loss is not a crash: the non-finite guard (issue 10) skips the step on every rank (the all-reduced
-# gradients are NaN everywhere), and after --model.max_nonfinite_skips in a row every rank stops, naming the step.
+# gradients are NaN everywhere), and after --model.optimizer.max_nonfinite_skips in a row every rank stops, naming the step.
 NAN_ERROR = "NonFiniteError: step 1: "
 
 

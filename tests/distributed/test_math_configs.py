@@ -39,6 +39,6 @@ def test_global_prompts_per_step_is_the_papers_256(path: Path) -> None:
     assert global_prompts == 256, f"{path.name}: effective global prompts per step {global_prompts}"
     share = per_rank_share(global_prompts, world, "--data.prompts_per_step")
     assert share * world == 256
-    mini = model.get("mini_batch_prompts")
+    mini = model.get("batching", {}).get("mini_batch_prompts")
     if mini is not None:  # 4 optimizer steps of 64 prompts per rollout batch (paper Table 5)
         assert 256 % int(mini) == 0 and per_rank_mini_batch(int(mini), world) is not None

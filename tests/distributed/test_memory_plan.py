@@ -100,4 +100,4 @@ def test_a_plan_that_does_not_fit_is_refused_in_one_line(capsys: pytest.CaptureF
 def test_a_missing_architecture_is_one_line_naming_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", *SEVEN_B]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert "--model.model checkpoints/Qwen2.5-7B: no config.json" in line and "--architecture" in line
+    assert "--model.policy.model checkpoints/Qwen2.5-7B: no config.json" in line and "--architecture" in line

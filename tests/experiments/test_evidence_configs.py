@@ -25,6 +25,6 @@ def test_gpu_config_is_the_paper_maze_and_model() -> None:
     assert args.accelerator == "gpu" and args.time_budget_s < 8 * 60 and len(args.seeds) >= 5
     maze = make_maze_splits(MazeConfig(args.maze_rows, args.maze_cols), 0, 0, 1, seed=0)["test"][0]
     assert len(maze.grid) == 17 and len(maze_prompt_tokens(maze)) <= args.model_config["max_position_embeddings"]
-    module = FGRPOModule(model_config=args.model_config, tokenizer="builtin:maze")
+    module = FGRPOModule(policy={"model_config": args.model_config, "tokenizer": "builtin:maze"})
     params = sum(p.numel() for p in module.policy.parameters())
     assert 2.5e6 < params < 4.5e6, params  # the paper's "about 3M" (configs/maze_17x17.yaml: 3.9M)

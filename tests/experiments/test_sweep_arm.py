@@ -14,7 +14,11 @@ from tests.training.tiny_setup import MAZE_TINY_MODEL as TINY_MODEL
 
 DATA = dict(source="maze", maze_rows=2, maze_cols=3, num_train=64, num_val=4, num_test=4, prompts_per_step=2,
             val_batch_size=4, seed=0, val_size=4, tokenizer_path="builtin:maze")  # fmt: skip
-MODULE = dict(model_config=TINY_MODEL, tokenizer="builtin:maze", lr=1e-3, val_pass_at_k=[1], seed=0)
+MODULE = dict(
+    policy={"model_config": TINY_MODEL, "tokenizer": "builtin:maze", "seed": 0},
+    optimizer={"lr": 1e-3},
+    val_pass_at_k=[1],
+)
 
 
 def test_deadline_stops_after_one_step_and_resume_continues(tmp_path: Path) -> None:
@@ -53,10 +57,11 @@ def test_method_arms_carry_the_overlay_settings() -> None:
     for arm in (maxrl, band, gspo, Arm.parse("8:0.5:async")):
         overlay = yaml.safe_load((maze / f"{arm.method}.yaml").read_text())["model"]
         overrides = arm.module_overrides()
-        weight = overrides.pop("group_weight", None)
-        assert {k: v for k, v in overlay.items() if k not in ("gamma", "group_weight")} == overrides
+        weight = overrides["objective"].pop("group_weight", None)
+        objective = {k: v for k, v in overlay["objective"].items() if k not in ("gamma", "group_weight")}
+        assert overlay | {"objective": objective} == overrides
         if weight is not None:
-            assert dataclasses.asdict(weight) | overlay["group_weight"] == dataclasses.asdict(weight)
+            assert dataclasses.asdict(weight) | overlay["objective"]["group_weight"] == dataclasses.asdict(weight)
     rollout = yaml.safe_load((maze / "async.yaml").read_text())["rollout"]
     assert (rollout["engine"], rollout["max_staleness"]) == ("hf_copy", 1)  # as train_arm
     rollout = yaml.safe_load((maze / "dynamic.yaml").read_text())["rollout"]

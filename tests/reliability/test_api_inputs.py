@@ -10,8 +10,8 @@ import torch
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK, pass_at_k
+from lit_fgrpo.module_settings import GROUPS, grouped_settings
 from lit_fgrpo.objectives.advantages import focal_weight, group_advantages
-from lit_fgrpo.objectives.hparam_checks import check_module_numbers
 
 REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
 
@@ -81,20 +81,20 @@ def test_pass_at_k_refuses_fractional_counts() -> None:
     [
         (
             {"epsilon": 1.5},
-            "--model.epsilon must be in [0, 1], got 1.5 (the ratio's lower clip bound 1 - epsilon would be negative)",
+            "--model.objective.epsilon must be in [0, 1], got 1.5 (the ratio's lower clip bound 1 - epsilon would be negative)",
         ),
         (
             {"epsilon": -0.1},
-            "--model.epsilon must be in [0, 1], got -0.1 (the ratio's lower clip bound 1 - epsilon would be negative)",
+            "--model.objective.epsilon must be in [0, 1], got -0.1 (the ratio's lower clip bound 1 - epsilon would be negative)",
         ),
-        ({"epsilon_high": -1.0}, "--model.epsilon_high must be >= 0, got -1.0"),
-        ({"adam_betas": (0.9, 1.0)}, "--model.adam_betas[1] must be in [0, 1), got 1.0"),
-        ({"adam_betas": (-0.1, 0.9)}, "--model.adam_betas[0] must be in [0, 1), got -0.1"),
-        ({"adam_betas": (0.9,)}, "--model.adam_betas must be two numbers, got [0.9]"),
-        ({"lr": math.nan}, "--model.lr must be finite, got nan"),
-        ({"temperature": math.inf}, "--model.temperature must be finite, got inf"),
-        ({"gamma": math.nan}, "--model.gamma must be finite, got nan"),
-        ({"max_grad_norm": math.nan}, "--model.max_grad_norm must be finite, got nan"),
+        ({"epsilon_high": -1.0}, "--model.objective.epsilon_high must be >= 0, got -1.0"),
+        ({"adam_betas": (0.9, 1.0)}, "--model.optimizer.adam_betas[1] must be in [0, 1), got 1.0"),
+        ({"adam_betas": (-0.1, 0.9)}, "--model.optimizer.adam_betas[0] must be in [0, 1), got -0.1"),
+        ({"adam_betas": (0.9,)}, "--model.optimizer.adam_betas must be two numbers, got [0.9]"),
+        ({"lr": math.nan}, "--model.optimizer.lr must be finite, got nan"),
+        ({"temperature": math.inf}, "--model.objective.temperature must be finite, got inf"),
+        ({"gamma": math.nan}, "--model.objective.gamma must be finite, got nan"),
+        ({"max_grad_norm": math.nan}, "--model.optimizer.max_grad_norm must be finite, got nan"),
     ],
     ids=[
         "eps_above_1",
@@ -111,10 +111,15 @@ def test_pass_at_k_refuses_fractional_counts() -> None:
 )
 def test_module_numbers_refused_by_flag(args: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        check_module_numbers(args)
+        settings_groups(args)
     assert str(info.value) == message
 
 
 def test_module_numbers_accept_the_presets() -> None:
-    check_module_numbers({"epsilon": 1.0, "epsilon_high": 5.0, "adam_betas": (0.9, 0.999), "gamma": 0.5, "lr": 1e-6})
-    check_module_numbers({"epsilon": None, "epsilon_high": None, "max_grad_norm": None})
+    settings_groups({"epsilon": 1.0, "epsilon_high": 5.0, "adam_betas": (0.9, 0.999), "gamma": 0.5, "lr": 1e-6})
+    settings_groups({"epsilon": None, "epsilon_high": None, "max_grad_norm": None})
+
+
+def settings_groups(flat: dict[str, Any]) -> dict[str, Any]:
+    """The module's settings groups built (and so checked) from settings named flat."""
+    return {name: GROUPS[name](**fields) for name, fields in grouped_settings(flat).items()}

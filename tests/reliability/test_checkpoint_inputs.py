@@ -16,6 +16,8 @@ from lit_fgrpo.checkpointing import AtomicCheckpointIO, load_checkpoint_checked,
 from lit_fgrpo.errors import CheckpointError
 
 HPARAMS = {"model_config": {"hidden_size": 32}, "lr": 1e-3, "gamma": 0.5}
+"""Saved flat, as checkpoints from before the settings groups: compared with the config's groups after migration."""
+CONFIG = {"policy": {"model_config": {"hidden_size": 32}}, "optimizer": {"lr": 1e-3}, "objective": {"gamma": 0.5}}
 
 
 def save(path: Path, **extra: Any) -> Path:
@@ -102,9 +104,9 @@ def test_last_without_checkpoints_starts_fresh(tmp_path: Path) -> None:
 def test_model_shape_change_is_refused(tmp_path: Path) -> None:
     path = save(tmp_path / "a.ckpt")
     with pytest.raises(CheckpointError) as info:
-        resolve_resume(str(path), trainer_for(tmp_path), {**HPARAMS, "model_config": {"hidden_size": 64}})
+        resolve_resume(str(path), trainer_for(tmp_path), CONFIG | {"policy": {"model_config": {"hidden_size": 64}}})
     assert str(info.value) == (
-        f"{path}: --model.model_config differs from the checkpoint (checkpoint: {{'hidden_size': 32}}, config: "
+        f"{path}: --model.policy.model_config differs from the checkpoint (checkpoint: {{'hidden_size': 32}}, config: "
         "{'hidden_size': 64}); the weights cannot be loaded into another model shape"
     )
 
@@ -118,12 +120,12 @@ def test_other_settings_config_wins_for_file_and_last(
         got = resolve_resume(
             str(path) if how == "file" else "last",
             trainer_for(tmp_path),
-            {**HPARAMS, "lr": 2e-3},
+            CONFIG | {"optimizer": {"lr": 2e-3}},
             {"num_train": 200, "seed": 0},
         )
     assert got == str(path)
     assert (
-        f"resuming {path}: the config's value wins for --model.lr (checkpoint 0.001, config 0.002); "
+        f"resuming {path}: the config's value wins for --model.optimizer.lr (checkpoint 0.001, config 0.002); "
         "--data.num_train (checkpoint 300, config 200)"
     ) in caplog.text
 

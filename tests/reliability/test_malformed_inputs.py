@@ -54,20 +54,28 @@ def csv_lines(count: int | None = None, drop_column: str | None = None) -> str:
 # Each case: (id, a function of the temporary folder giving the argv, strings the error line must contain).
 Case = tuple[str, Callable[[Path], list[str]], list[str]]
 FIT: list[Case] = [
-    ("gamma_text", lambda d: ["--model.gamma", "abc"], ["--model.gamma", "abc"]),
-    ("gamma_negative", lambda d: ["--model.gamma", "-1"], ["--model.gamma", "-1"]),
-    ("lr_zero", lambda d: ["--model.lr", "0"], ["--model.lr"]),
-    ("loss_type", lambda d: ["--model.loss_type", "ppo"], ["--model.loss_type", "ppo", "'grpo'"]),
+    ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
+    ("gamma_negative", lambda d: ["--model.objective.gamma", "-1"], ["--model.objective.gamma", "-1"]),
+    ("lr_zero", lambda d: ["--model.optimizer.lr", "0"], ["--model.optimizer.lr"]),
+    ("loss_type", lambda d: ["--model.objective.loss_type", "ppo"], ["--model.objective.loss_type", "ppo", "'grpo'"]),
     ("val_k_text", lambda d: ["--model.val_pass_at_k", "x"], ["--model.val_pass_at_k"]),
     ("val_k_zero", lambda d: ["--model.val_pass_at_k", "[0]"], ["--model.val_pass_at_k"]),
-    ("group_weight_kind", lambda d: ["--model.group_weight", '{"kind": "no_such_weight"}'], ["group_weight"]),
-    ("band_reversed", lambda d: ["--model.group_weight", '{"kind": "band", "low": 0.9, "high": 0.1}'], ["low=0.9"]),
+    ("group_weight_kind", lambda d: ["--model.objective.group_weight", '{"kind": "no_such_weight"}'], ["group_weight"]),
+    (
+        "band_reversed",
+        lambda d: ["--model.objective.group_weight", '{"kind": "band", "low": 0.9, "high": 0.1}'],
+        ["low=0.9"],
+    ),
     ("max_steps_text", lambda d: ["--trainer.max_steps", "x"], ["--trainer.max_steps"]),
     ("precision", lambda d: ["--trainer.precision", "bf17"], ["--trainer.precision", "bf17"]),
     ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
     ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
     ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
+    ("unknown_nested_flag", lambda d: ["--model.objective.no_such", "1"], ["--model.objective.no_such"]),
+    ("flat_flag_of_before_the_groups", lambda d: ["--model.gamma", "1"], ["--model.gamma"]),  # hint: the new flag
+    ("group_not_a_mapping", lambda d: ["--model.optimizer", "3"], ["--model.optimizer"]),
+    ("group_steps_zero", lambda d: ["--model.batching.micro_batch_rows", "0"], ["--model.batching.micro_batch_rows"]),
     ("group_size_zero", lambda d: [*rollout(sampling={"n": 0})], ["rollout.sampling.n"]),
     ("max_tokens_zero", lambda d: [*rollout(sampling={"max_tokens": 0})], ["max_tokens"]),
     ("temperature_zero", lambda d: [*rollout(sampling={"temperature": 0})], ["temperature"]),
@@ -123,9 +131,21 @@ FIT: list[Case] = [
     ("max_steps_negative", lambda d: ["--trainer.max_steps", "-5"], ["max_steps", "-5"]),
     ("devices_text", lambda d: ["--trainer.devices", "x"], ["--trainer.devices"]),
     ("accelerator_typo", lambda d: ["--trainer.accelerator", "tpu9"], ["--trainer.accelerator", "tpu9"]),
-    ("model_type_unknown", lambda d: ["--model.model_config", '{"model_type": "nosuch"}'], ["model_type 'nosuch'"]),
-    ("model_type_missing", lambda d: ["--model.model_config", '{"hidden_size": 8}'], ["--model.model_config"]),
-    ("tokenizer_missing", lambda d: ["--model.tokenizer", "/no/such/dir"], ["--model.tokenizer", "/no/such/dir"]),
+    (
+        "model_type_unknown",
+        lambda d: ["--model.policy.model_config", '{"model_type": "nosuch"}'],
+        ["model_type 'nosuch'"],
+    ),
+    (
+        "model_type_missing",
+        lambda d: ["--model.policy.model_config", '{"hidden_size": 8}'],
+        ["--model.policy.model_config"],
+    ),
+    (
+        "tokenizer_missing",
+        lambda d: ["--model.policy.tokenizer", "/no/such/dir"],
+        ["--model.policy.tokenizer", "/no/such/dir"],
+    ),
     ("seed_text", lambda d: ["--seed_everything", "x"], ["--seed_everything"]),
     ("callbacks_text", lambda d: ["--trainer.callbacks", "foo"], ["--trainer.callbacks", "foo"]),
     ("ckpt_missing", lambda d: ["--ckpt_path", str(d / "none.ckpt")], ["none.ckpt"]),
@@ -134,31 +154,53 @@ FIT: list[Case] = [
     ("config_scalar", lambda d: ["--config", write(d, "s.yaml", "3\n")], ["s.yaml", "mapping"]),
     ("config_syntax", lambda d: ["--config", write(d, "y.yaml", "model: [1\n")], ["y.yaml:2"]),
     ("config_missing", lambda d: ["--config", str(d / "nope.yaml")], ["nope.yaml"]),
-    ("lora_rank_zero", lambda d: ["--model.lora", "{r: 0}"], ["--model.lora.r", "0"]),
-    ("lora_alpha_zero", lambda d: ["--model.lora", "{alpha: 0}"], ["--model.lora.alpha"]),
-    ("lora_dropout_one", lambda d: ["--model.lora", "{dropout: 1.0}"], ["--model.lora.dropout", "[0, 1)"]),
-    ("lora_targets_empty", lambda d: ["--model.lora", "{target_modules: []}"], ["--model.lora.target_modules"]),
-    ("lora_targets_absent", lambda d: ["--model.lora", "{target_modules: [nope]}"], ["--model.lora.target_modules"]),
-    ("lora_field_unknown", lambda d: ["--model.lora", "{rank: 4}"], ["--model.lora", "rank"]),
+    ("lora_rank_zero", lambda d: ["--model.policy.lora", "{r: 0}"], ["--model.policy.lora.r", "0"]),
+    ("lora_alpha_zero", lambda d: ["--model.policy.lora", "{alpha: 0}"], ["--model.policy.lora.alpha"]),
+    (
+        "lora_dropout_one",
+        lambda d: ["--model.policy.lora", "{dropout: 1.0}"],
+        ["--model.policy.lora.dropout", "[0, 1)"],
+    ),
+    (
+        "lora_targets_empty",
+        lambda d: ["--model.policy.lora", "{target_modules: []}"],
+        ["--model.policy.lora.target_modules"],
+    ),
+    (
+        "lora_targets_absent",
+        lambda d: ["--model.policy.lora", "{target_modules: [nope]}"],
+        ["--model.policy.lora.target_modules"],
+    ),
+    ("lora_field_unknown", lambda d: ["--model.policy.lora", "{rank: 4}"], ["--model.policy.lora", "rank"]),
     (
         "lora_yaml_mapping",
         lambda d: [
             "--config",
-            write(d, "lora.yaml", yaml.safe_dump(dict(TINY, model=TINY["model"] | {"lora": {"r": -2}}))),
+            write(
+                d,
+                "lora.yaml",
+                yaml.safe_dump(dict(TINY, model={"policy": TINY["model"]["policy"] | {"lora": {"r": -2}}})),
+            ),
         ],
-        ["--model.lora.r", "-2"],
+        ["--model.policy.lora.r", "-2"],
     ),  # fmt: skip
     (
         "band_unreachable",
-        lambda d: ["--model.gamma", "0", "--model.group_weight", BAND_30_45, *rollout(sampling={"n": 4})],
-        ["--model.group_weight", "--rollout.sampling.n=4", "every advantage"],
+        lambda d: [
+            "--model.objective.gamma",
+            "0",
+            "--model.objective.group_weight",
+            BAND_30_45,
+            *rollout(sampling={"n": 4}),
+        ],
+        ["--model.objective.group_weight", "--rollout.sampling.n=4", "every advantage"],
     ),  # fmt: skip
     (
         "band_unreachable_dynamic",
         lambda d: [
-            "--model.gamma",
+            "--model.objective.gamma",
             "0",
-            "--model.group_weight",
+            "--model.objective.group_weight",
             BAND_30_45,
             *rollout(sampling={"n": 4}),
             *rollout(dynamic_sampling={"max_rounds": 2}),
@@ -169,6 +211,16 @@ FIT: list[Case] = [
         "config_unknown_key",
         lambda d: ["--config", str(d / "tiny.yaml"), "--config", write(d, "k.yaml", "model:\n  nosuch: 1\n")],
         ["k.yaml", "model.nosuch"],
+    ),  # fmt: skip
+    (
+        "config_unknown_nested_key",
+        lambda d: [
+            "--config",
+            str(d / "tiny.yaml"),
+            "--config",
+            write(d, "n.yaml", "model:\n  objective:\n    gama: 1\n"),
+        ],
+        ["n.yaml", "model.objective.gama"],
     ),  # fmt: skip
 ]
 
@@ -269,7 +321,7 @@ SUBCOMMANDS: list[Case] = [
 ]
 
 EVALUATE: list[Case] = [
-    ("gamma_text", lambda d: ["--model.gamma", "abc"], ["--model.gamma", "abc"]),
+    ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     (
         "config_unknown_key",
@@ -278,8 +330,8 @@ EVALUATE: list[Case] = [
     ),
     (
         "config_bad_value",
-        lambda d: ["--config", write(d, "v.yaml", "model:\n  gamma: abc\n")],
-        ["--model.gamma", "abc"],
+        lambda d: ["--config", write(d, "v.yaml", "model:\n  objective:\n    gamma: abc\n")],
+        ["--model.objective.gamma", "abc"],
     ),
     ("config_syntax", lambda d: ["--config", write(d, "y.yaml", "model: [1\n")], ["y.yaml:2"]),
     ("ckpt_missing", lambda d: ["--ckpt_path", "missing.ckpt"], ["missing.ckpt"]),
@@ -287,7 +339,7 @@ EVALUATE: list[Case] = [
     ("ckpt_garbage", lambda d: ["--ckpt_path", write(d, "g.ckpt", b"garbage")], ["g.ckpt", "not a readable"]),
     ("ckpt_last_none", lambda d: ["--ckpt_path", "last"], ["--ckpt_path last", "no checkpoint"]),
     ("val_k_above_samples", lambda d: ["--model.val_pass_at_k", "[1, 64]"], ["val_samples", "64"]),
-    ("lora_rank_zero", lambda d: ["--model.lora", "{r: 0}"], ["--model.lora.r"]),
+    ("lora_rank_zero", lambda d: ["--model.policy.lora", "{r: 0}"], ["--model.policy.lora.r"]),
     ("group_size_zero", lambda d: [*rollout(sampling={"n": 0})], ["rollout.sampling.n"]),
     ("num_test_negative", lambda d: ["--data.num_test", "-1"], ["--data.num_test"]),
     ("limit_batches_text", lambda d: ["--trainer.limit_val_batches", "x"], ["--trainer.limit_val_batches"]),
@@ -336,7 +388,7 @@ def test_evaluate(
 
 
 def test_evaluate_hint_names_its_subcommand(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["test", "--config", str(folder / "tiny.yaml"), "--model.gamma", "x"]) == 2
+    assert main(["test", "--config", str(folder / "tiny.yaml"), "--model.objective.gamma", "x"]) == 2
     assert "`lit-fgrpo test --help`" in capsys.readouterr().err
 
 

@@ -71,5 +71,5 @@ def test_first_nonfinite_names_loss_before_gradients() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, 1.5])
 def test_bad_skip_limit_is_refused(value: float) -> None:
-    with pytest.raises(ConfigError, match=r"--model.max_nonfinite_skips must be an integer >= 1"):
+    with pytest.raises(ConfigError, match=r"--model.optimizer.max_nonfinite_skips must be an integer >= 1"):
         NonFiniteGuard(value)  # type: ignore[arg-type]

@@ -39,4 +39,4 @@ def test_run_without_a_policy(store: tuple[str, str], tmp_path: Path) -> None:
     uri, run_id = store
     with pytest.raises(CheckpointError, match=rf"^run {run_id} in {uri}: no policy/ artifacts") as info:
         load_policy_from_run(run_id, uri, dst_path=tmp_path)
-    assert info.value.hint == "the run logs its policy when trained with --model.save_pretrained_dir"
+    assert info.value.hint == "the run logs its policy when trained with --model.policy.save_pretrained_dir"

@@ -29,18 +29,18 @@ def test_lora_mapping_becomes_settings() -> None:
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        ({"r": 0}, "--model.lora.r must be >= 1, got 0"),
-        ({"r": 2.5}, "--model.lora.r: expected int, got 2.5"),
-        ({"r": True}, "--model.lora.r: expected int"),
-        ({"alpha": 0}, "--model.lora.alpha must be > 0, got 0"),
-        ({"alpha": float("inf")}, "--model.lora.alpha must be finite"),
-        ({"dropout": 1.0}, "--model.lora.dropout must be in [0, 1), got 1.0"),
-        ({"dropout": -0.1}, "--model.lora.dropout must be in [0, 1)"),
-        ({"target_modules": []}, "--model.lora.target_modules is empty"),
-        ({"target_modules": "q_proj"}, "--model.lora.target_modules: expected a list"),
-        ({"target_modules": ["q_proj", ""]}, "--model.lora.target_modules[1] must be a module name"),
-        ({"rank": 4}, "--model.lora.rank is not a LoRA setting"),
-        (3, "--model.lora: expected a mapping"),
+        ({"r": 0}, "--model.policy.lora.r must be >= 1, got 0"),
+        ({"r": 2.5}, "--model.policy.lora.r: expected int, got 2.5"),
+        ({"r": True}, "--model.policy.lora.r: expected int"),
+        ({"alpha": 0}, "--model.policy.lora.alpha must be > 0, got 0"),
+        ({"alpha": float("inf")}, "--model.policy.lora.alpha must be finite"),
+        ({"dropout": 1.0}, "--model.policy.lora.dropout must be in [0, 1), got 1.0"),
+        ({"dropout": -0.1}, "--model.policy.lora.dropout must be in [0, 1)"),
+        ({"target_modules": []}, "--model.policy.lora.target_modules is empty"),
+        ({"target_modules": "q_proj"}, "--model.policy.lora.target_modules: expected a list"),
+        ({"target_modules": ["q_proj", ""]}, "--model.policy.lora.target_modules[1] must be a module name"),
+        ({"rank": 4}, "--model.policy.lora.rank is not a setting"),
+        (3, "--model.policy.lora: expected a mapping"),
     ],
 )
 def test_lora_bad_field_is_one_line_naming_it(value: Any, named: str) -> None:
@@ -53,17 +53,17 @@ def test_module_builds_lora_from_a_mapping() -> None:
     """The AttributeError of issue 25: a mapping (YAML, LightningCLI's hparams, a checkpoint) reached apply_lora."""
     from lit_fgrpo.module import FGRPOModule
 
-    model = FGRPOModule(**(TINY["model"] | {"lora": {"r": 2, "alpha": 4}}))
+    model = FGRPOModule(policy=TINY["model"]["policy"] | {"lora": {"r": 2, "alpha": 4}})
     assert model.lora == LoraSettings(r=2, alpha=4)
-    assert model.hparams["lora"]["r"] == 2  # stored as plain data (weights_only checkpoint loads)
+    assert model.hparams["policy"]["lora"]["r"] == 2  # stored as plain data (weights_only checkpoint loads)
     assert any("lora_A" in name for name, _ in model.policy.named_parameters())
 
 
 def test_lora_targets_absent_from_the_policy_is_one_line() -> None:
     from lit_fgrpo.module import FGRPOModule
 
-    model = FGRPOModule(**(TINY["model"] | {"lora": {"target_modules": ["no_such_proj"]}}))
-    with pytest.raises(ConfigError, match=r"--model.lora.target_modules \['no_such_proj'\] names no module"):
+    model = FGRPOModule(policy=TINY["model"]["policy"] | {"lora": {"target_modules": ["no_such_proj"]}})
+    with pytest.raises(ConfigError, match=r"--model.policy.lora.target_modules \['no_such_proj'\] names no module"):
         _ = model.policy
 
 
@@ -91,7 +91,7 @@ def test_unreachable_band_is_refused_naming_both_settings(dynamic: DynamicSampli
     with pytest.raises(ConfigError) as caught:
         settings.check_reachable_groups(band(0.3, 0.45))
     message = str(caught.value)
-    assert "--model.group_weight band (low=0.3, high=0.45)" in message and "--rollout.sampling.n=4" in message
+    assert "--model.objective.group_weight band (low=0.3, high=0.45)" in message and "--rollout.sampling.n=4" in message
     assert ("dynamic_sampling would drop every group" in message) == (dynamic is not None)
     RolloutSettings(sampling=SamplingConfig(n=8)).check_reachable_groups(band(0.3, 0.45))  # 3/8 is inside
 

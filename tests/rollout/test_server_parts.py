@@ -118,8 +118,11 @@ def test_the_server_overlay_keeps_a_whole_model_config_and_valid_engine_kwargs(
     alone = yaml.safe_load(_print_config([base], capsys))
     config = yaml.safe_load(_print_config([base, CONFIG_DIR / "maze" / "server.yaml"], capsys))
     # A mapping in an overlay replaces the base's whole: every key of the base's model_config must be repeated.
-    assert set(alone["model"]["model_config"]) <= set(config["model"]["model_config"])
-    head_dim = config["model"]["model_config"]["hidden_size"] // config["model"]["model_config"]["num_attention_heads"]
+    assert set(alone["model"]["policy"]["model_config"]) <= set(config["model"]["policy"]["model_config"])
+    head_dim = (
+        config["model"]["policy"]["model_config"]["hidden_size"]
+        // config["model"]["policy"]["model_config"]["num_attention_heads"]
+    )
     assert head_dim >= 32  # vLLM's CPU attention
     assert config["rollout"]["engine"] == "vllm_server"
     settings = ServerSettings.from_kwargs(config["rollout"]["engine_kwargs"])

@@ -53,10 +53,11 @@ def test_math_overlay_sets_method_and_keeps_base(
     import yaml
 
     stack = [CONFIG_DIR / "math" / "base.yaml", CONFIG_DIR / "math" / f"{overlay}.yaml"]
-    config = yaml.safe_load(_print_config(stack, capsys, "--model.temperature", "0.7"))
-    assert (config["model"]["gamma"], config["model"]["loss_type"]) == (gamma, loss_type)
+    config = yaml.safe_load(_print_config(stack, capsys, "--model.objective.temperature", "0.7"))
+    objective = config["model"]["objective"]
+    assert (objective["gamma"], objective["loss_type"]) == (gamma, loss_type)
     assert config["data"]["prompts_per_step"] == 256  # global prompts per step, paper Table 5
-    assert config["model"]["save_pretrained_dir"] == f"outputs/math_{overlay}/policy"
+    assert config["model"]["policy"]["save_pretrained_dir"] == f"outputs/math_{overlay}/policy"
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
     # interpolation is resolved after every --config and flag is merged (parser_mode omegaconf+)
@@ -65,11 +66,12 @@ def test_math_overlay_sets_method_and_keeps_base(
 
 @pytest.mark.parametrize(
     ("overlay", "model", "dynamic"),
-    [("grpo", {"gamma": 0.0}, None), ("fgrpo", {"gamma": 0.5}, None),
-     ("maxrl", {"gamma": 0.0, "scale_rewards": "none", "group_weight": {"kind": "maxrl"}}, None),
-     ("band", {"gamma": 0.0, "group_weight": {"kind": "band", "low": 0.1, "high": 0.9}}, None),
-     ("gspo", {"gamma": 0.0, "loss_type": "gspo", "num_iterations": 2}, None),
-     ("dynamic", {"gamma": 0.0}, {"max_rounds": 4, "oversample": 2.0})],
+    [("grpo", {"objective.gamma": 0.0}, None), ("fgrpo", {"objective.gamma": 0.5}, None),
+     ("maxrl", {"objective.gamma": 0.0, "objective.scale_rewards": "none", "objective.group_weight": {"kind": "maxrl"}},
+      None),
+     ("band", {"objective.gamma": 0.0, "objective.group_weight": {"kind": "band", "low": 0.1, "high": 0.9}}, None),
+     ("gspo", {"objective.gamma": 0.0, "objective.loss_type": "gspo", "batching.num_iterations": 2}, None),
+     ("dynamic", {"objective.gamma": 0.0}, {"max_rounds": 4, "oversample": 2.0})],
 )  # fmt: skip
 def test_maze_overlay_sets_method_and_keeps_base(
     overlay: str, model: dict, dynamic: dict | None, capsys: pytest.CaptureFixture[str]
@@ -80,10 +82,13 @@ def test_maze_overlay_sets_method_and_keeps_base(
         _print_config([CONFIG_DIR / "maze_cpu.yaml", CONFIG_DIR / "maze" / f"{overlay}.yaml"], capsys)
     )
     for key, value in model.items():
-        got = config["model"][key]
+        group, name = key.split(".")
+        got = config["model"][group][name]
         assert (got if not isinstance(value, dict) else {k: got[k] for k in value}) == value, key
-    assert config["data"]["prompts_per_step"] == 16 and config["model"]["lr"] == 1.0e-4  # the base's settings
-    assert config["model"]["save_pretrained_dir"] == f"outputs/maze_{overlay}/policy"
+    assert (
+        config["data"]["prompts_per_step"] == 16 and config["model"]["optimizer"]["lr"] == 1.0e-4
+    )  # the base's settings
+    assert config["model"]["policy"]["save_pretrained_dir"] == f"outputs/maze_{overlay}/policy"
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/maze_{overlay}/checkpoints"
     rollout = config["rollout"]
@@ -96,13 +101,15 @@ def test_help_shows_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
     out = capsys.readouterr().out
-    assert "--model.gamma" in out and "focal exponent" in out
+    assert "--model.objective.gamma" in out and "focal exponent" in out
     assert "--data.prompts_per_step" in out
 
 
 def test_unknown_loss_type_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fit", "--config", str(CONFIGS[0].parent / "maze_tiny.yaml"), "--model.loss_type", "ppo"]) == 2
-    assert "\nerror: --model.loss_type: expected one of " in "\n" + capsys.readouterr().err
+    assert (
+        main(["fit", "--config", str(CONFIGS[0].parent / "maze_tiny.yaml"), "--model.objective.loss_type", "ppo"]) == 2
+    )
+    assert "\nerror: --model.objective.loss_type: expected one of " in "\n" + capsys.readouterr().err
 
 
 def test_tiny_maze_run_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +146,7 @@ def test_tiny_maze_run_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.Monkey
     }
     assert expected <= keys, expected - keys
     assert not any("@" in key for key in keys)
-    assert run.data.params["model.gamma"] == "0.5"
+    assert run.data.params["model.objective.gamma"] == "0.5"
     artifacts = {a.path for a in client.list_artifacts(run_id)}
     assert "config.yaml" in artifacts and "samples" in artifacts
     policy_dir = tmp_path / "outputs" / "maze_tiny" / "policy"
@@ -160,7 +167,14 @@ def test_rollout_settings_compose_as_their_own_group(capsys: pytest.CaptureFixtu
     import yaml
 
     base = CONFIG_DIR / "maze_cpu.yaml"
-    flags = ("--rollout.max_staleness", "1", "--rollout.engine", "hf_copy", "--model.importance_correction", "token")
+    flags = (
+        "--rollout.max_staleness",
+        "1",
+        "--rollout.engine",
+        "hf_copy",
+        "--model.objective.importance_correction",
+        "token",
+    )
     config = yaml.safe_load(_print_config([base], capsys, *flags))
     assert (config["rollout"]["engine"], config["rollout"]["max_staleness"]) == ("hf_copy", 1)
     assert config["rollout"]["sampling"]["n"] == 8 and config["rollout"]["val_samples"] == 256  # the base's

@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from lit_fgrpo.callbacks import WarmStartCallback
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 from lit_fgrpo.rollout.base import SamplingConfig
 from tests.training.tiny_setup import MAZE_TINY_MODEL, maze_data, quiet_trainer, word_count_rollouts
 
@@ -88,13 +89,10 @@ def run_maze_tiny(
         maze_rows=4, maze_cols=4, num_train=300, num_val=8, num_test=8, val_size=8, seed=0, prompts_per_step=16
     )
     module = FGRPOModule(
-        model_config=MAZE_TINY_MODEL,
-        tokenizer="builtin:maze",
-        gamma=gamma,
-        loss_type=loss_type,  # type: ignore[arg-type]
-        lr=1e-3,
-        max_grad_norm=1.0,
-        micro_batch_rows=128,
+        policy=PolicySettings(model_config=MAZE_TINY_MODEL, tokenizer="builtin:maze"),
+        objective=ObjectiveSettings(gamma=gamma, loss_type=loss_type),  # type: ignore[arg-type]
+        optimizer=OptimizerSettings(lr=1e-3, max_grad_norm=1.0),
+        batching=BatchingSettings(micro_batch_rows=128),
         val_pass_at_k=[1, 8],
     )
     rollout = word_count_rollouts(

@@ -110,10 +110,10 @@ def test_save_pretrained_loads_with_transformers(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"gamma": -0.5}, "--model.gamma"),
-        ({"num_iterations": 0}, "--model.num_iterations"),
-        ({"loss_type": "ppo"}, "--model.loss_type"),
-        ({"mini_batch_prompts": 0}, "--model.mini_batch_prompts"),
+        ({"gamma": -0.5}, "--model.objective.gamma"),
+        ({"num_iterations": 0}, "--model.batching.num_iterations"),
+        ({"loss_type": "ppo"}, "--model.objective.loss_type"),
+        ({"mini_batch_prompts": 0}, "--model.batching.mini_batch_prompts"),
         ({"val_pass_at_k": [0]}, "--model.val_pass_at_k"),
     ],
 )
@@ -151,7 +151,10 @@ def test_gamma_and_group_weight_together_name_both_flags() -> None:
     from lit_fgrpo.errors import ConfigError
     from lit_fgrpo.objectives import GroupWeight
 
-    with pytest.raises(ConfigError, match=r"--model.gamma=0.5 and --model.group_weight \(kind 'band'\) are both set"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--model.objective.gamma=0.5 and --model.objective.group_weight \(kind 'band'\) are both set",
+    ):
         tiny_module(gamma=0.5, group_weight=GroupWeight("band", low=0.1, high=0.9))
 
 

@@ -128,7 +128,7 @@ def test_guard_state_travels_in_the_checkpoint() -> None:
 
 
 def test_max_nonfinite_skips_is_checked() -> None:
-    with pytest.raises(ConfigError, match="--model.max_nonfinite_skips"):
+    with pytest.raises(ConfigError, match="--model.optimizer.max_nonfinite_skips"):
         tiny_module(max_nonfinite_skips=0)
 
 

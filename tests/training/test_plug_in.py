@@ -30,8 +30,13 @@ class MyPrompts(L.LightningDataModule):
 
 def test_recipe_a_module_with_own_datamodule_and_trainer() -> None:
     from lit_fgrpo import FGRPOModule
+    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
 
-    module = FGRPOModule(model_config=TINY_MODEL, tokenizer="builtin:maze", gamma=0.5, lr=1e-2)
+    module = FGRPOModule(
+        policy=PolicySettings(model_config=TINY_MODEL, tokenizer="builtin:maze"),
+        objective=ObjectiveSettings(gamma=0.5),
+        optimizer=OptimizerSettings(lr=1e-2),
+    )
     rollouts = RolloutCallback(
         engine="hf",
         sampling=SamplingConfig(n=4, max_tokens=6),

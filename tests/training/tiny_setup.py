@@ -12,6 +12,7 @@ from typing_extensions import override
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
 from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.module_settings import grouped_settings
 from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 
@@ -40,9 +41,9 @@ MAZE_TINY_MODEL: dict[str, Any] = {
 
 
 def tiny_module(**kwargs: Any) -> FGRPOModule:
+    """The tiny maze policy; ``kwargs`` name FGRPOModule settings flat (``gamma=0.5``, grouped here) or as groups."""
     settings: dict[str, Any] = {"model_config": TINY_MODEL, "tokenizer": "builtin:maze", "lr": 1e-2}
-    settings |= kwargs
-    return FGRPOModule(**settings)
+    return FGRPOModule(**grouped_settings(settings | kwargs))
 
 
 def maze_data(**kwargs: Any) -> PromptDataModule:

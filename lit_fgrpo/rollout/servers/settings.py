@@ -69,7 +69,7 @@ class ServerSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
     """More environment variables for launched servers."""
     lora: Literal["adapter", "merged"] = "adapter"
-    """How a LoRA policy (``--model.lora``) is pushed: ``adapter`` = only the adapter, loaded at run time through
+    """How a LoRA policy (``--model.policy.lora``) is pushed: ``adapter`` = only the adapter, loaded at run time through
     ``/v1/load_lora_adapter`` (servers given by URL need ``--enable-lora`` and
     ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); ``merged`` = the full model with the adapter merged, every push."""
     max_lora_rank: int = 0

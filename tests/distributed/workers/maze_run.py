@@ -21,6 +21,7 @@ import torch
 
 from lit_fgrpo.cli import cli_main
 from lit_fgrpo.distributed.weight_gather import iter_full_weights
+from lit_fgrpo.module_settings import grouped_settings
 from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
 
 
@@ -296,6 +297,7 @@ def main() -> None:
             name = "PoisonWeights" if args.fail_kind == "nan" else "PoisonGradShard"
             callbacks.append({"class_path": f"tests.distributed.workers.maze_run.{name}", "init_args": poison})
     path = args.out / f"config.{os.getpid()}.json"
+    settings["model"] = grouped_settings(settings["model"])  # written flat above for short edits; the CLI's groups
     path.write_text(json.dumps(settings))  # one file per process: Lightning re-runs this script for each rank
     sys.exit(0 if cli_main(["fit", "--config", str(path)]) is not None else 1)
 
