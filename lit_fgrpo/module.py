@@ -89,9 +89,13 @@ class FGRPOModule(PassAtKSteps):
             if k < 1:
                 raise ConfigError(f"--model.val_pass_at_k values must be >= 1, got {k}")
         self.save_hyperparameters()
-        # Plain dicts: Lightning resumes with torch.load(weights_only=True), which refuses other classes.
+        # Plain dicts: Lightning resumes with torch.load(weights_only=True), which refuses other classes, and a
+        # logger's log_hyperparams cannot convert a frozen dataclass. Saved again so that hparams_initial (what
+        # loggers log) holds the dicts too.
         groups: tuple[Any, ...] = (self.policy_settings, self.objective, self.optimizer_settings, self.batching)
-        self.hparams.update({name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)})
+        self.save_hyperparameters(
+            dict(self.hparams) | {name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)}
+        )
         self.nonfinite_guard = NonFiniteGuard(self.optimizer_settings.max_nonfinite_skips)
         self.automatic_optimization = False
         self.loss_type: LossType = self.objective.loss_type

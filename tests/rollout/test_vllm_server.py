@@ -307,17 +307,29 @@ def test_a_resumed_run_pushes_and_probes_its_checkpoint_weights_before_the_first
     engine.sync_weights(policy)
 
 
-def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(engine: ServerEngine, policy: nn.Module) -> None:
+def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(
+    engine: ServerEngine, policy: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
     prompts, seeds = PROMPTS * 4, [s + i for i, s in enumerate(SEEDS * 4)]
     reference = engine.generate(prompts, SAMPLING, seeds)
     check(engine, policy, *probe_of(reference, prompts))  # the reference a restarted server is checked against
     victim = engine.fleet.servers[1]
     assert victim.process is not None and victim.process.process is not None
     pgid = victim.process.process.pid
-    killer = threading.Timer(0.2, os.killpg, (pgid, signal.SIGKILL))
-    killer.start()
+    # Killed as its first request of the rollout goes out (a timer raced the rollout: an idle core could finish all
+    # 48 prompts before a 0.2 s timer fired, and nothing was killed mid-rollout).
+    send, killed = victim.client.post, threading.Event()
+
+    def killed_on_first_request(path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None) -> Any:
+        if not killed.is_set():
+            killed.set()
+            os.killpg(pgid, signal.SIGKILL)
+        return send(path, body, timeout_s)
+
+    monkeypatch.setattr(victim.client, "post", killed_on_first_request)
     again = engine.generate(prompts, SAMPLING, seeds)
-    killer.join()
+    monkeypatch.undo()
+    assert killed.is_set()
     assert again.completion_ids == reference.completion_ids
     assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
     deadline = time.monotonic() + 180
