@@ -172,14 +172,14 @@ class AsyncRollouts:
     def _push_from_runner(self) -> None:
         """The runner's weight push (trainer thread, generator paused): sync and check, as the synchronous loop."""
         assert self._source is not None
-        self._source.push(self._source.step)
+        self._source.engine_sync.sync(self._source.step)
 
     def take(
         self, source: RolloutSource, batch: PromptBatch, ctx: StepContext
     ) -> tuple[RolloutBatch, dict[str, float]]:
         self._source = source
         with self.driver.paused(), source.timer.phase("sync"):
-            source.ensure_synced(ctx.step, batch.prompt_ids)
+            source.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
         with source.timer.phase("wait"):  # the trainer waiting on the generator thread
             taken = self.driver.take(ctx.data, batch)
         return taken.batch, taken.stats

@@ -80,6 +80,8 @@ class RolloutCollector:
         self.pad_token_id = pad_id_of(tokenizer) if pad_token_id is None else int(pad_token_id)
         self.mask_truncated = mask_truncated
         self.reward_timeout = reward_timeout
+        self.last: RolloutBatch | None = None
+        """The rollout packed last (the engine sync takes a few of its rows as the next push's probe)."""
         self.reward_isolation: Isolation = reward_isolation
 
     def collect(
@@ -154,7 +156,7 @@ class RolloutCollector:
             stats[f"failed_{name}"] = float(count)
         for name, values in scored.per_function.items():
             stats[f"reward_{name}"] = float(torch.nanmean(values.float())) if values.numel() else 0.0
-        return RolloutBatch(
+        rollout = RolloutBatch(
             input_ids=ids,
             attention_mask=attn,
             completion_mask=mask,
@@ -168,3 +170,5 @@ class RolloutCollector:
             completion_ids=[list(c) for c in generation.completion_ids],
             stats=stats,
         )
+        self.last = rollout
+        return rollout

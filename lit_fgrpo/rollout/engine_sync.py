@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.rollout.base import RolloutEngine
-from lit_fgrpo.rollout.collect import pad_id_of
+from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.hf import HFEngine
 from lit_fgrpo.rollout.scoring import policy_logprobs
 from lit_fgrpo.rollout.select import EngineKind, build_engine
+
+if TYPE_CHECKING:
+    from lit_fgrpo.rollout.consumer import RolloutConsumer
 
 Probe = tuple[list[list[int]], list[list[int]]]
 """(prompt ids, completion ids) of the rows the sync check scores on both sides."""
@@ -58,6 +62,16 @@ class EngineSync:
         """True while the engine may hold other weights than the policy; the next :meth:`ensure_synced` pushes."""
         self.probe: Probe | None = None
         self._workdir: tempfile.TemporaryDirectory[str] | None = None
+        self.consumer: RolloutConsumer | None = None
+        self.collector: RolloutCollector | None = None
+        """Whose last rollout gives the probe of a push (set by the source that builds both)."""
+        self.log: Callable[[dict[str, float], int], None] = lambda metrics, step: None
+
+    def bind(self, consumer: RolloutConsumer, log: Callable[[dict[str, float], int], None] | None = None) -> None:
+        """Push ``consumer.policy`` in :meth:`sync` and :meth:`ensure_synced`; their metrics go to ``log``."""
+        self.consumer = consumer
+        if log is not None:
+            self.log = log
 
     def build(self, policy: nn.Module, tokenizer: Any) -> RolloutEngine:
         """The engine, built on the first call (the policy must be configured by then)."""
@@ -89,6 +103,9 @@ class EngineSync:
             WeightSyncError: On every rank, when the check fails on any rank (with that rank's message).
         """
         engine = self.build(policy, tokenizer)
+        last = self.collector.last if self.collector is not None else None
+        if last is not None:  # the rows of the latest rollout (training or evaluation) are the probe
+            self.remember_probe(last.prompt_ids, last.completion_ids, last.group_size)
         engine.wake_up()  # a sleeping engine (level 1) has its weights offloaded; reload into live buffers
         start = time.perf_counter()
         engine.sync_weights(policy)
@@ -99,6 +116,18 @@ class EngineSync:
             if self.probe_rows > 0 and self.probe is not None:
                 metrics["rollout/sync_logprob_delta"] = self.check(policy, tokenizer, step)
         return metrics
+
+    def sync(self, step: int) -> None:
+        """Push the bound consumer's policy and check it; the metrics are logged at ``step``."""
+        assert self.consumer is not None, "EngineSync.bind has not run"
+        self.log(self.push(self.consumer.policy, self.consumer.tokenizer, step), step)
+
+    def ensure_synced(self, step: int, prompt_ids: list[list[int]], evaluation_in_fit: bool = False) -> None:
+        """Push before sampling when the engine may be behind the policy (stale, or for an evaluation during fit,
+        optimizer steps since the last push); ``prompt_ids`` give a probe when no rollout has yet."""
+        if self.needs_push(step, evaluation_in_fit):
+            self.probe_from_prompts(prompt_ids)
+            self.sync(step)
 
     def needs_push(self, step: int, evaluation_in_fit: bool) -> bool:
         """Stale, or (for an evaluation during fit) behind the policy by optimizer steps since the last push."""

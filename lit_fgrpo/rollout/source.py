@@ -111,6 +111,7 @@ class RolloutSource:
         self.consumer, self.timer = consumer, consumer.timer
         if log is not None:
             self.log = log
+        self.engine_sync.bind(consumer, self.log)
 
     # ------------------------------------------------------------------ engine
     @property
@@ -135,30 +136,27 @@ class RolloutSource:
                 reward_timeout=s.reward_timeout,
                 reward_isolation=s.reward_isolation,
             )
+            self.engine_sync.collector = self.collector  # its last rollout is the next push's probe
         return self.collector
 
     def push(self, step: int) -> None:
         """Push the policy's weights into the engine and check them; the metrics are logged at ``step``."""
         self.build()
-        assert self.consumer is not None
-        self.log(self.engine_sync.push(self.consumer.policy, self.consumer.tokenizer, step), step)
+        self.engine_sync.sync(step)
 
     def ensure_synced(self, step: int, prompt_ids: list[list[int]], evaluation_in_fit: bool = False) -> None:
         """Push before sampling when the engine may be behind the policy (stale, or for an evaluation during fit,
         optimizer steps since the last push); ``prompt_ids`` give a probe when no rollout has yet."""
-        if self.engine_sync.needs_push(step, evaluation_in_fit):
-            self.engine_sync.probe_from_prompts(prompt_ids)
-            self.push(step)
+        self.build()
+        self.engine_sync.ensure_synced(step, prompt_ids, evaluation_in_fit)
 
     # ------------------------------------------------------------------ sampling
     def collect(self, records: Sequence[Any], sampling: SamplingConfig, step: int, stream: int) -> RolloutBatch:
-        """Sample and score the groups of ``records``; remembers a few rows as the next sync probe.
+        """Sample and score the groups of ``records`` (the collector keeps it as the next push's probe).
 
         ``step`` and ``stream`` seed each prompt (see :meth:`lit_fgrpo.rollout.collect.RolloutCollector.collect`).
         """
-        rollout = self.build().collect(list(records), sampling, step=step, stream=stream)
-        self.engine_sync.remember_probe(rollout.prompt_ids, rollout.completion_ids, rollout.group_size)
-        return rollout
+        return self.build().collect(list(records), sampling, step=step, stream=stream)
 
     def take(self, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout to train on for Lightning's training batch (by this source's schedule)."""

@@ -29,15 +29,18 @@ class SyncRollouts:
     def sample(self, source: RolloutSource, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
         """The scored groups of the loader's prompts, seeded by the step."""
         # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
+        assert source.collector is not None, "RolloutSource.start has not run"
         with fail_together(f"the rollout at step {ctx.step}"):
-            return source.collect(batch.records, source.settings.train_sampling(), ctx.step, TRAIN_STREAM)
+            return source.collector.collect(
+                batch.records, source.settings.train_sampling(), step=ctx.step, stream=TRAIN_STREAM
+            )
 
     def take(
         self, source: RolloutSource, batch: PromptBatch, ctx: StepContext
     ) -> tuple[RolloutBatch, dict[str, float]]:
         timer = source.timer
         with timer.phase("sync"):
-            source.ensure_synced(ctx.step, batch.prompt_ids)
+            source.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
         start = time.perf_counter()
         rollout = self.sample(source, batch, ctx)
         # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
@@ -52,7 +55,7 @@ class SyncRollouts:
     def after_step(self, source: RolloutSource, step: int) -> None:
         if step - source.engine_sync.last_sync_step >= source.settings.sync_every:
             with source.timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
-                source.push(step)
+                source.engine_sync.sync(step)
 
     def paused(self) -> AbstractContextManager[Any]:
         return nullcontext()
