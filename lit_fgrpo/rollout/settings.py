@@ -221,17 +221,17 @@ def check_async_settings(max_staleness: int, sync_every: int, importance_correct
         ConfigError: one line naming the flag (a ``ValueError``).
     """
     if max_staleness < 0:
-        raise ConfigError(f"RolloutCallback.max_staleness must be >= 0, got {max_staleness}")
+        raise ConfigError(f"--rollout.max_staleness must be >= 0, got {max_staleness}")
     if max_staleness == 0:
         return
     if sync_every != 1:
         raise ConfigError(
-            f"RolloutCallback.sync_every={sync_every} with max_staleness={max_staleness}: asynchronous rollouts "
+            f"--rollout.sync_every={sync_every} with --rollout.max_staleness={max_staleness}: asynchronous rollouts "
             "push the weights after every RL step (the policy version); set sync_every=1"
         )
     if importance_correction == "none":
         raise ConfigError(
-            f"--model.objective.importance_correction=none with RolloutCallback.max_staleness={max_staleness}: stale rollouts "
+            f"--model.objective.importance_correction=none with --rollout.max_staleness={max_staleness}: stale rollouts "
             "need the decoupled objective's importance weights; use --model.objective.importance_correction=token (or sequence)"
         )
 
