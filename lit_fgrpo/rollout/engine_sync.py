@@ -30,6 +30,9 @@ from lit_fgrpo.rollout.select import EngineKind, build_engine
 if TYPE_CHECKING:
     from lit_fgrpo.rollout.consumer import RolloutConsumer
 
+LogFn = Callable[[dict[str, float], int], None]
+"""``log(metrics, step)``: where push metrics go (the callback passes the trainer's logger)."""
+
 Probe = tuple[list[list[int]], list[list[int]]]
 """(prompt ids, completion ids) of the rows the sync check scores on both sides."""
 
@@ -65,9 +68,9 @@ class EngineSync:
         self.consumer: RolloutConsumer | None = None
         self.collector: RolloutCollector | None = None
         """Whose last rollout gives the probe of a push (set by the source that builds both)."""
-        self.log: Callable[[dict[str, float], int], None] = lambda metrics, step: None
+        self.log: LogFn = lambda metrics, step: None
 
-    def bind(self, consumer: RolloutConsumer, log: Callable[[dict[str, float], int], None] | None = None) -> None:
+    def bind(self, consumer: RolloutConsumer, log: LogFn | None = None) -> None:
         """Push ``consumer.policy`` in :meth:`sync` and :meth:`ensure_synced`; their metrics go to ``log``."""
         self.consumer = consumer
         if log is not None:

@@ -13,7 +13,7 @@ call here (``take``, ``after_step``, ``evaluation``, ``evaluate``, ``close``, ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -27,12 +27,9 @@ from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.consumer import RolloutConsumer
-from lit_fgrpo.rollout.engine_sync import EngineSync
+from lit_fgrpo.rollout.engine_sync import EngineSync, LogFn
 from lit_fgrpo.rollout.settings import VAL_STREAM, RolloutSettings
 from lit_fgrpo.timing import PhaseTimer
-
-LogFn = Callable[[dict[str, float], int], None]
-"""``log(metrics, step)``: where push metrics go (the callback passes the trainer's logger)."""
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,18 @@ def test_synchronous_take_is_the_collector_with_the_step_seeds_and_pushes_every_
     assert again.engine_sync.last_sync_step == 7 and again.engine_sync.stale  # pushes before its first rollout
 
 
+def test_a_push_probes_the_first_rows_of_the_last_rollout() -> None:
+    made, _ = source(engine="hf_copy", sync_probe_rows=3)
+    made.start(None)
+    first = made.take(PromptBatch([record(p) for p in range(2)]), StepContext(step=0, world_size=1, data=None))[0]
+    rollout, _ = made.take(PromptBatch([record(p) for p in range(2, 4)]), StepContext(step=1, world_size=1, data=None))
+    made.after_step(2)  # sync_every=1: pushed, probed on rows 0..2 of this step's rollout (row r is prompt r // G)
+    G = rollout.group_size
+    assert made.engine_sync.probe == ([rollout.prompt_ids[r // G] for r in range(3)], rollout.completion_ids[:3])
+    assert first.completion_ids[:3] != rollout.completion_ids[:3]
+    made.close()
+
+
 def test_dynamic_sampling_keeps_informative_groups_drawn_from_the_cursor() -> None:
     made, _ = source(dynamic_sampling=DynamicSampling(max_rounds=3, oversample=2.0))
     data = Stream()
