@@ -98,8 +98,6 @@ class FGRPOModule(PassAtKSteps):
         )
         self.nonfinite_guard = NonFiniteGuard(self.optimizer_settings.max_nonfinite_skips)
         self.automatic_optimization = False
-        self.loss_type: LossType = self.objective.loss_type
-        self.epsilon, self.epsilon_high = self.objective.clip
         self.update_settings = UpdateSettings.of(self.objective, self.batching, self.optimizer_settings)
         """The objective and batching settings of :meth:`policy_update`, resolved."""
         self.tokenizer = load_tokenizer(self.policy_settings.tokenizer or self.policy_settings.model or "")
@@ -153,6 +151,21 @@ class FGRPOModule(PassAtKSteps):
         module = self._modules["policy"]
         assert module is not None
         return module
+
+    @property
+    def loss_type(self) -> LossType:
+        """The loss type (``--model.objective.loss_type``)."""
+        return self.objective.loss_type
+
+    @property
+    def epsilon(self) -> float:
+        """The lower clip, the loss type's default where none was given."""
+        return self.objective.clip[0]
+
+    @property
+    def epsilon_high(self) -> float:
+        """The upper clip, the loss type's default where none was given."""
+        return self.objective.clip[1]
 
     @property
     def lora(self) -> LoraSettings | None:
