@@ -19,14 +19,15 @@ ENGINES_WITHOUT_KWARGS = ("hf", "hf_copy")
 """Engines that take no ``engine_kwargs`` (they are passed to vLLM only)."""
 
 
-def _plain(value: Any) -> Any:
+def as_plain(value: Any) -> Any:
+    """A parsed config group (jsonargparse's ``Namespace``) as a dict; any other value itself."""
     return value.as_dict() if hasattr(value, "as_dict") else value
 
 
 def _entries(value: Any) -> list[dict[str, Any]]:
-    value = _plain(value)
+    value = as_plain(value)
     items = value if isinstance(value, list) else [value] if value else []
-    return [_plain(item) for item in items if isinstance(_plain(item), dict)]
+    return [as_plain(item) for item in items if isinstance(as_plain(item), dict)]
 
 
 def _class(path: str) -> type | None:
@@ -52,7 +53,7 @@ def check_callbacks(callbacks: Any) -> None:
         if cls is None or not issubclass(cls, RolloutCallback):
             continue
         rollouts.append(f"[{index}]")
-        init_args = _plain(entry.get("init_args")) or {}
+        init_args = as_plain(entry.get("init_args")) or {}
         engine, options = init_args.get("engine", "auto"), init_args.get("engine_kwargs")
         if options and engine in ENGINES_WITHOUT_KWARGS:
             raise ConfigError(
@@ -70,13 +71,13 @@ def check_callbacks(callbacks: Any) -> None:
 def check_loggers(logger: Any) -> None:
     """Refuse an MLflow logger whose ``tracking_uri`` has no scheme, naming ``--trainer.logger``."""
     for entry in _entries(logger):
-        uri = (_plain(entry.get("init_args")) or {}).get("tracking_uri")
+        uri = (as_plain(entry.get("init_args")) or {}).get("tracking_uri")
         if "MLFlowLogger" in str(entry.get("class_path", "")) and isinstance(uri, str):
             check_tracking_uri(uri, "--trainer.logger.init_args.tracking_uri")
 
 
 def check_fit_config(config: Any) -> None:
     """All of this module's checks on one subcommand's parsed config (a jsonargparse Namespace or a dict)."""
-    trainer = _plain(_plain(config).get("trainer")) or {}
+    trainer = as_plain(as_plain(config).get("trainer")) or {}
     check_callbacks(trainer.get("callbacks"))
     check_loggers(trainer.get("logger"))

@@ -26,6 +26,7 @@ from jsonargparse import Namespace
 
 from lit_fgrpo.cli import FGRPOCLI, cli_main
 from lit_fgrpo.cli_errors import precheck_config_files
+from lit_fgrpo.config_checks import as_plain
 from lit_fgrpo.distributed.memory_plan import (
     GIB,
     EngineShare,
@@ -68,10 +69,6 @@ def parse_fit_config(words: list[str]) -> Namespace:
         return cli_main(words, run=False, cli_class=_ParseOnly, parser_kwargs={"exit_on_error": False}).config
 
 
-def _plain(value: Any) -> Any:
-    return value.as_dict() if isinstance(value, Namespace) else value
-
-
 def architecture(model: Namespace, architecture_file: str | None) -> Any:
     """The policy's HF config: ``--architecture FILE``, else ``model_config``, else ``model``'s ``config.json``."""
     from transformers import AutoConfig
@@ -84,7 +81,7 @@ def architecture(model: Namespace, architecture_file: str | None) -> Any:
             raise ConfigError(f"--architecture {architecture_file}: no such file (an HF config.json)")
         return AutoConfig.for_model(**json.loads(path.read_text()))
     if model.get("model_config") is not None:
-        return policy_config(_plain(model.model_config), load_tokenizer(model.get("tokenizer") or model.model or ""))
+        return policy_config(as_plain(model.model_config), load_tokenizer(model.get("tokenizer") or model.model or ""))
     directory = Path(str(model.get("model") or ""))
     if not (directory / "config.json").is_file():
         raise ConfigError(
@@ -123,9 +120,9 @@ def world_size(trainer: Namespace) -> int:
 def strategy_name(strategy: Any) -> tuple[str, bool]:
     """The strategy's name (``model_parallel``, ``ddp``, ...) and whether it shards the reference."""
     check_strategy(strategy)
-    value = _plain(strategy)
+    value = as_plain(strategy)
     if isinstance(value, dict):
-        sharding = _plain((value.get("init_args") or {}).get("sharding")) or {}
+        sharding = as_plain((value.get("init_args") or {}).get("sharding")) or {}
         name = str(value.get("class_path", ""))
         sharded = name.endswith(("FSDP2Strategy", "ModelParallelStrategy"))
         return (STRATEGY_NAME if sharded else name), bool(sharding.get("shard_reference", True))
@@ -140,7 +137,7 @@ def engine_share(rollout: Namespace, accelerator: str, shapes: list[TensorShape]
     full = sum(s.numel for s in shapes)
     weights = base if base and base < full else full  # with LoRA the engine holds the merged base weights
     if kind == "vllm" or (kind == "auto" and accelerator != "cpu"):
-        kwargs = _plain(rollout.get("engine_kwargs")) or {}
+        kwargs = as_plain(rollout.get("engine_kwargs")) or {}
         dtype_bytes = _ENGINE_DTYPE_BYTES.get(str(kwargs.get("dtype", "bfloat16")), 2)
         utilization = float(kwargs.get("gpu_memory_utilization", 0.3))  # VLLMEngine's default
         kv = kwargs.get("kv_cache_memory_bytes")
@@ -176,7 +173,7 @@ def plan_run(argv: list[str]) -> PlannedRun:
         raise ConfigError(f"--gpu_memory_gib must be > 0, got {own.gpu_memory_gib}")
     config = parse_fit_config(words)
     model, trainer = config.model.policy, config.trainer
-    lora = lora_settings(_plain(model.get("lora")))
+    lora = lora_settings(as_plain(model.get("lora")))
     shapes = policy_shapes(architecture(model, own.architecture), lora)
     world = world_size(trainer)
     name, shard_reference = strategy_name(trainer.get("strategy", "auto"))
