@@ -107,23 +107,23 @@ def test_lora_servers_get_the_runtime_lora_flags_and_env_with_a_rank_vllm_allows
     assert {k: spec.env[k] for k in LORA_ENV} == LORA_ENV
 
 
-def test_the_server_overlay_keeps_a_whole_model_config_and_valid_engine_kwargs(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize("base_name", ["maze_tiny.yaml", "maze_cpu.yaml"])
+def test_the_server_overlay_keeps_the_base_model_and_sets_valid_engine_kwargs(
+    base_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import yaml
 
     from tests.training.test_cli import CONFIG_DIR, _print_config
 
-    base = CONFIG_DIR / "maze_tiny.yaml"
+    base = CONFIG_DIR / base_name
     alone = yaml.safe_load(_print_config([base], capsys))
     config = yaml.safe_load(_print_config([base, CONFIG_DIR / "maze" / "server.yaml"], capsys))
-    # A mapping in an overlay replaces the base's whole: every key of the base's model_config must be repeated.
-    assert set(alone["model"]["policy"]["model_config"]) <= set(config["model"]["policy"]["model_config"])
-    head_dim = (
-        config["model"]["policy"]["model_config"]["hidden_size"]
-        // config["model"]["policy"]["model_config"]["num_attention_heads"]
-    )
-    assert head_dim >= 32  # vLLM's CPU attention
+    # The overlay changes where rollouts come from (and the output directory): the base's model is kept.
+    for tree in (alone, config):
+        tree["model"]["policy"].pop("save_pretrained_dir")  # under trainer.default_root_dir for maze_cpu.yaml
+    assert config["model"] == alone["model"]
+    model_config = config["model"]["policy"]["model_config"]
+    assert model_config["hidden_size"] // model_config["num_attention_heads"] >= 32  # vLLM's CPU attention
     assert config["rollout"]["engine"] == "vllm_server"
     settings = ServerSettings.from_kwargs(config["rollout"]["engine_kwargs"])
     assert settings.launch == 2 and settings.cores == ((0,), (1,))
