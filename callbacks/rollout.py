@@ -128,6 +128,14 @@ class RolloutCallback(L.Callback):
     ) -> None:
         self.on_validation_batch_start(trainer, pl_module, batch, batch_idx, dataloader_idx)
 
+    @override
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.source.finish_evaluation()  # a shared engine: before the module's epoch-end reductions
+
+    @override
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.source.finish_evaluation()
+
     # ------------------------------------------------------------------ checkpoint state
     @override
     def state_dict(self) -> dict[str, Any]:
