@@ -101,10 +101,11 @@ class ServerChecks(L.Callback):
         return next(c for c in trainer.callbacks if isinstance(c, RolloutCallback))  # type: ignore[attr-defined]
 
     def _inner(self, trainer: L.Trainer) -> ServerEngine | None:
+        """The engine talking to the servers on this rank (rank 0's inside the shared one; None on the others)."""
         engine = self._rollout_callback(trainer).engine
-        assert isinstance(engine, RankedEngine), type(engine)
-        assert engine.inner is None or isinstance(engine.inner, ServerEngine)
-        return engine.inner
+        inner = engine.inner if isinstance(engine, RankedEngine) else engine
+        assert inner is None or isinstance(inner, ServerEngine), type(inner)
+        return inner
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.children = launched_children()
