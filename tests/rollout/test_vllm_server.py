@@ -376,17 +376,19 @@ def test_a_server_killed_mid_lora_rollout_comes_back_with_the_base_and_the_newes
     monkeypatch.undo()
     assert killed.is_set() and again.completion_ids == reference.completion_ids  # retried on server 1, same seeds
     assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
-    # The restarted server becomes healthy before the next push, which brings it in (its poll): the base and the
-    # adapter of that push (v3), checked by the push's own check on every server, not by v2's probe.
+    # A push while it starts (adapter v3), then its check brings the restarted server in (the check's poll), as a
+    # server that comes up between a push and its check: _bring_up loads the base and v3 (nothing else gives it v3),
+    # and the check covers it; the probe of v2's weights must not refuse it.
+    train(adapted, seed=41)
+    lora.sync_weights(adapted)
+    assert lora.request_model == f"{engine.model_name}-lora-v3"
     deadline = time.monotonic() + 180
     while not healthy(victim.url) and time.monotonic() < deadline:
         time.sleep(1.0)
-    train(adapted, seed=41)
-    lora.sync_weights(adapted)
-    assert victim.state == "up" and lora.request_model == f"{engine.model_name}-lora-v3"
+    assert check(lora, adapted, *probe_of(reference, prompts)) < 1e-3  # both servers against PEFT's forward of v3
+    assert victim.state == "up"
     after = lora.generate(prompts, SAMPLING, seeds)
     assert after.completion_ids != reference.completion_ids  # v3 samples other tokens than v2
-    assert check(lora, adapted, *probe_of(after, prompts)) < 1e-3  # both servers, PEFT's forward of v3
     answers = []
     for server in fleet.servers:  # the restarted server alone samples what the healthy one samples alone
         alone = ServerEngine(engine.settings, Fleet([server], 60.0), lora.model_dir, EOS, engine.model_name, lora=True)
