@@ -8,6 +8,7 @@ returns for that rank's prompts and seeds asked alone, equal weights on the rank
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -37,10 +38,8 @@ def group_members(pgids: list[int], settle_s: float) -> list[int]:
         alive = []
         for entry in os.listdir("/proc"):
             if entry.isdigit():
-                try:
+                with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
                     alive += [int(entry)] if os.getpgid(int(entry)) in pgids else []
-                except ProcessLookupError:
-                    pass
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.2)
