@@ -44,6 +44,8 @@ def use_servers(settings: dict[str, Any], out: Path) -> None:
         "sync_tolerance": 1e-3,
     }
     settings["model"]["model_config"] = dict(SERVER_MODEL)
+    # 5 held-out mazes, 2 per rank and batch: rank 0 has 2 batches, rank 1 one (its pass ends first and serves on)
+    settings["data"]["num_val"] = 5
     settings["trainer"]["logger"] = {"class_path": "tests.distributed.workers.server_checks.RecordingLogger"}
     settings["trainer"]["callbacks"].append(
         {"class_path": "tests.distributed.workers.server_checks.ServerChecks", "init_args": {"out": str(out)}}
