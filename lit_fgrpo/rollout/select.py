@@ -106,6 +106,13 @@ def build_engine(
         from lit_fgrpo.rollout.servers.settings import ServerSettings
 
         ServerSettings.from_kwargs(dict(vllm_kwargs))  # a bad key fails on every rank, not on rank 0 alone
+        from lit_fgrpo.distributed.weight_gather import is_sharded
+
+        if is_sharded(model):  # rank 0 pushes alone: a sharded policy's gather needs every rank (a hang)
+            raise ConfigError(
+                "--rollout.engine vllm_server cannot push a sharded policy (--trainer.strategy model_parallel, FSDP2) "
+                "yet; use --trainer.strategy ddp, or --rollout.engine hf"
+            )
         # Data-parallel ranks share one fleet, driven by rank 0 (the others never start or reach a server).
         directory = workdir
         return RankedEngine.build(

@@ -18,8 +18,10 @@ import torch.distributed as dist
 from torch import nn
 
 from lit_fgrpo.distributed import RankFailure
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError
+from lit_fgrpo.rollout.select import build_engine
 from lit_fgrpo.rollout.servers import ServerError
 from lit_fgrpo.rollout.servers.ranks import RankedEngine
 
@@ -145,6 +147,13 @@ def main() -> None:
         "vllm server http://127.0.0.1:2 (log /tmp/server-0.log) never became healthy",
         lambda: RankedEngine.build(broken),
     )
+    # A sharded (FSDP2) policy is refused on every rank before any server starts: rank 0 would gather it alone.
+    from torch.distributed.fsdp import fully_shard
+
+    sharded = fully_shard(nn.Sequential(nn.Linear(4, 4)))
+    kwargs = {"launch": 1, "startup_timeout_s": 1}
+    refused = lambda: build_engine("vllm_server", sharded, None, "/nonexistent", eos_token_id=0, **kwargs)  # noqa: E731
+    expect(ConfigError, "--rollout.engine vllm_server cannot push a sharded policy", refused)
     dist.destroy_process_group()
     print("ranked engine ok")
 
