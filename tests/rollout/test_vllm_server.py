@@ -2,7 +2,7 @@
 
 Two servers start together (about a minute on 2 cores) and every test shares them, in file order: sampling,
 1 vs 2 servers, pushes (and pushes broken on purpose), LoRA adapter pushes, a server killed mid-rollout and
-restarted, close. Nothing is faked: the servers are stock ``vllm serve`` run through our launcher (with runtime LoRA
+restarted (and one killed mid-rollout in LoRA mode, back with the base and the newest adapter), close. Nothing is faked: the servers are stock ``vllm serve`` run through our launcher (with runtime LoRA
 on), reached over HTTP on 127.0.0.1.
 """
 
