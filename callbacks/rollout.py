@@ -121,6 +121,10 @@ class RolloutCallback(L.Callback):
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         stream = TEST_STREAM if trainer.testing else VAL_STREAM
         batch.rollout = self.source.evaluation(batch, trainer.global_step, stream, trainer.state.fn == "fit")
+        if evaluation_loop(trainer).batch_progress.is_last_batch:
+            # An engine shared by the ranks serves the other ranks' remaining batches now: before this rank's epoch
+            # end, whose metric reductions (Lightning's, before on_validation_epoch_end) wait for every rank.
+            self.source.finish_evaluation()
 
     @override
     def on_test_batch_start(
@@ -139,6 +143,14 @@ class RolloutCallback(L.Callback):
         self.settings.check_resumed_group_size(state_dict.get("group_size"))
         self.start_pass_at_k = dict(state_dict.get("start_pass_at_k", {}))
         self.source.load_state_dict(state_dict)
+
+
+def evaluation_loop(trainer: L.Trainer) -> Any:
+    """The loop running the current validation or test batches (its ``batch_progress.is_last_batch`` is set before
+    the batch's hooks run)."""
+    if trainer.testing:
+        return trainer.test_loop
+    return trainer.fit_loop.epoch_loop.val_loop if trainer.state.fn == "fit" else trainer.validate_loop
 
 
 def datamodule_of(trainer: L.Trainer) -> Any:

@@ -112,6 +112,15 @@ class RolloutEngine(ABC):
         """Metrics of the last :meth:`sync_weights` to log with it (none by default)."""
         return {}
 
+    def join_round(self, sampling: SamplingConfig) -> None:  # noqa: B027 - an optional hook with a no-op default
+        """Take part in a round of ``generate`` calls without prompts of this rank's own (dynamic sampling's skipping
+        ranks). A no-op unless the ranks share one engine (:class:`~lit_fgrpo.rollout.servers.ranks.RankedEngine`),
+        whose calls are collectives."""
+
+    def finish_rounds(self) -> None:  # noqa: B027
+        """This rank's evaluation pass is over; with an engine shared by the ranks, take part in the others' remaining
+        calls until every rank's pass is over (no-op by default)."""
+
     def sleep(self) -> None:  # noqa: B027 - an optional hook with a no-op default
         """Free accelerator memory for the optimizer step (no-op by default)."""
 

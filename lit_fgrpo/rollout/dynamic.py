@@ -63,11 +63,13 @@ def dynamic_rollout(
     pad_token_id: int,
     step: int,
     world_size: int,
+    join: Callable[[], None] = lambda: None,
 ) -> RolloutBatch:
     """This rank's ``num_prompts`` informative groups of training step ``step``, drawn in rounds from ``source``.
 
     Several ranks (``world_size`` > 1) draw in lockstep; a round that raises on one rank (a reward crash), or a rank
-    left short with ``on_short="error"``, stops every rank with its message.
+    left short with ``on_short="error"``, stops every rank with its message. ``join()`` takes part in the engine's
+    round where this rank skips (an engine shared by the ranks, whose ``generate`` is a collective).
     """
     rounds = 0
     what = f"the dynamic-sampling rollout at step {step}"
@@ -81,6 +83,7 @@ def dynamic_rollout(
             return collect(source.draw_prompts(count), seed_step)
 
     def skip(count: int) -> int:  # only once this rank has its groups: no draw (and no round seed) follows
+        join()  # the engine round the generating ranks' draw takes part in (a shared engine's collective)
         with fail_together(what):  # the collective the generating ranks' draw takes part in
             return len(source.draw_prompts(count))
 
@@ -106,7 +109,7 @@ class DynamicRollouts(SyncRollouts):
     def sample(self, source: RolloutSource, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
         """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
         assert source.collector is not None and source.consumer is not None
-        sampling = source.settings.train_sampling()
+        sampling, engine = source.settings.train_sampling(), source.collector.engine
 
         def collect(records: list[Any], seed_step: int) -> RolloutBatch:
             return source.collect(records, sampling, seed_step, TRAIN_STREAM)
@@ -120,6 +123,7 @@ class DynamicRollouts(SyncRollouts):
             source.collector.pad_token_id,
             ctx.step,
             ctx.world_size,
+            join=lambda: engine.join_round(sampling),
         )
 
 

@@ -77,7 +77,9 @@ def build_engine(
             policy itself; ``"hf_copy"`` = the HF engine on a private copy of the policy
             (:class:`~lit_fgrpo.rollout.hf_copy.HFCopyEngine`, for asynchronous rollouts); ``"vllm_server"`` =
             stock ``vllm serve`` processes (:class:`~lit_fgrpo.rollout.servers.engine.ServerEngine`, its options
-            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`). For a sharded
+            in ``vllm_kwargs``, see :class:`~lit_fgrpo.rollout.servers.settings.ServerSettings`; under several
+            ranks one engine on rank 0 shared by all: :class:`~lit_fgrpo.rollout.servers.ranks.RankedEngine`).
+            For a sharded
             (FSDP2) policy both HF kinds give :class:`~lit_fgrpo.rollout.hf_gathered.GatheredHFEngine` (a gathered copy).
         model: the trainer's policy (plain ``PreTrainedModel`` or PEFT wrapper).
         tokenizer: its tokenizer (saved next to the weights for vLLM; gives pad / EOS ids by default).
@@ -100,8 +102,22 @@ def build_engine(
         if workdir is None:
             raise ValueError("the vllm_server engine needs a workdir to write the policy into")
         from lit_fgrpo.rollout.servers.engine import ServerEngine
+        from lit_fgrpo.rollout.servers.ranks import RankedEngine
+        from lit_fgrpo.rollout.servers.settings import ServerSettings
 
-        return ServerEngine.from_model(model, tokenizer, workdir, eos_token_id=int(eos), **vllm_kwargs)
+        ServerSettings.from_kwargs(dict(vllm_kwargs))  # a bad key fails on every rank, not on rank 0 alone
+        from lit_fgrpo.distributed.weight_gather import is_sharded
+
+        if is_sharded(model):  # rank 0 pushes alone: a sharded policy's gather needs every rank (a hang)
+            raise ConfigError(
+                "--rollout.engine vllm_server cannot push a sharded policy (--trainer.strategy model_parallel, FSDP2) "
+                "yet; use --trainer.strategy ddp, or --rollout.engine hf"
+            )
+        # Data-parallel ranks share one fleet, driven by rank 0 (the others never start or reach a server).
+        directory = workdir
+        return RankedEngine.build(
+            lambda: ServerEngine.from_model(model, tokenizer, directory, eos_token_id=int(eos), **vllm_kwargs)
+        )
     use_vllm = kind == "vllm" or (kind == "auto" and auto_engine_kind(model) == "vllm")
     if kind == "vllm" and not vllm_available():
         raise ImportError(_INSTALL_HINT)

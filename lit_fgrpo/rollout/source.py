@@ -172,6 +172,13 @@ class RolloutSource:
             self.ensure_synced(step, batch.prompt_ids, evaluation_in_fit=in_fit)
             return self.collect(batch.records, self.settings.eval_sampling(), step, stream)
 
+    def finish_evaluation(self) -> None:
+        """This rank's evaluation pass is over. An engine the ranks share keeps serving the other ranks' remaining
+        batches (a rank's share of the held-out prompts may be a batch shorter) until every rank's pass is over."""
+        if self.engine is not None:
+            with self.schedule.paused():
+                self.engine.finish_rounds()
+
     @torch.no_grad()
     def evaluate(self, batches: Iterable[Sequence[Any]], ks: list[int], step: int) -> dict[str, float]:
         """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt)."""
@@ -183,6 +190,7 @@ class RolloutSource:
                 rollout = self.collect(list(records), self.settings.eval_sampling(), step, VAL_STREAM)
                 metric.update(rollout.correct)
                 bar.update(1)
+        self.finish_evaluation()
         if float(metric.num_problems) == 0:
             return {}
         result = metric.compute()

@@ -2,7 +2,7 @@
 
 Two servers start together (about a minute on 2 cores) and every test shares them, in file order: sampling,
 1 vs 2 servers, pushes (and pushes broken on purpose), LoRA adapter pushes, a server killed mid-rollout and
-restarted, close. Nothing is faked: the servers are stock ``vllm serve`` run through our launcher (with runtime LoRA
+restarted (and one killed mid-rollout in LoRA mode, back with the base and the newest adapter), close. Nothing is faked: the servers are stock ``vllm serve`` run through our launcher (with runtime LoRA
 on), reached over HTTP on 127.0.0.1.
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from lit_fgrpo.rollout.servers import ServerError
 from lit_fgrpo.rollout.servers import process as process_module
 from lit_fgrpo.rollout.servers.engine import ServerEngine
 from lit_fgrpo.rollout.servers.fleet import Fleet
+from lit_fgrpo.rollout.servers.process import healthy
 from lit_fgrpo.rollout.servers.weights import cpu_state_dict, write_model_dir
 from lit_fgrpo.rollout.settings import RolloutSettings
 from lit_fgrpo.rollout.source import RolloutSource, StepContext
@@ -339,6 +341,63 @@ def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(
     assert victim.state == "up"  # healthy, given the current weights and checked on the last probe
     alone = ServerEngine(engine.settings, Fleet([victim], 60.0), engine.model_dir, EOS, engine.model_name)
     assert alone.generate(prompts, SAMPLING, seeds).completion_ids == reference.completion_ids
+
+
+def served_models(server: Any) -> list[str]:
+    return [str(m["id"]) for m in httpx.get(f"{server.url}/v1/models", timeout=10.0).json()["data"]]
+
+
+def test_a_server_killed_mid_lora_rollout_comes_back_with_the_base_and_the_newest_adapter(
+    engine: ServerEngine, policy: nn.Module, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapted = apply_lora(copy.deepcopy(policy), LoraSettings(r=8, alpha=16)).eval()
+    write_model_dir(adapted, tiny_tokenizer(), tmp_path / "v0", merge=False)
+    fleet = Fleet(engine.fleet.servers, 240.0)  # the module's servers (runtime LoRA on); restarts reach both fleets
+    lora = ServerEngine(engine.settings, fleet, tmp_path / "v0", EOS, engine.model_name, lora=True)
+    lora.sync_weights(adapted)  # the base, then adapter v1
+    train(adapted, seed=40)
+    lora.sync_weights(adapted)  # adapter v2: a restarted server must not come back with v1 (nor without any)
+    prompts, seeds = PROMPTS * 4, [s + i for i, s in enumerate(SEEDS * 4)]
+    reference = lora.generate(prompts, SAMPLING, seeds)
+    assert check(lora, adapted, *probe_of(reference, prompts)) < 1e-3
+    victim = fleet.servers[0]  # restarts_left 1 (server 1 spent its restart in the test above)
+    assert victim.process is not None and victim.process.process is not None and victim.restarts_left == 1
+    pgid = victim.process.process.pid
+    send, killed = victim.client.post, threading.Event()
+
+    def killed_on_first_request(path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None) -> Any:
+        if not killed.is_set():
+            killed.set()
+            os.killpg(pgid, signal.SIGKILL)
+        return send(path, body, timeout_s)
+
+    monkeypatch.setattr(victim.client, "post", killed_on_first_request)
+    again = lora.generate(prompts, SAMPLING, seeds)
+    monkeypatch.undo()
+    assert killed.is_set() and again.completion_ids == reference.completion_ids  # retried on server 1, same seeds
+    assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
+    # A push while it starts (adapter v3), then its check brings the restarted server in (the check's poll), as a
+    # server that comes up between a push and its check: _bring_up loads the base and v3 (nothing else gives it v3),
+    # and the check covers it; the probe of v2's weights must not refuse it.
+    train(adapted, seed=41)
+    lora.sync_weights(adapted)
+    assert lora.request_model == f"{engine.model_name}-lora-v3"
+    deadline = time.monotonic() + 180
+    while not healthy(victim.url) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    assert check(lora, adapted, *probe_of(reference, prompts)) < 1e-3  # both servers against PEFT's forward of v3
+    assert victim.state == "up"
+    after = lora.generate(prompts, SAMPLING, seeds)
+    assert after.completion_ids != reference.completion_ids  # v3 samples other tokens than v2
+    answers = []
+    for server in fleet.servers:  # the restarted server alone samples what the healthy one samples alone
+        alone = ServerEngine(engine.settings, Fleet([server], 60.0), lora.model_dir, EOS, engine.model_name, lora=True)
+        alone.adapter = lora.adapter
+        answers.append(alone.generate(prompts, SAMPLING, seeds).completion_ids)
+        assert check(alone, adapted, *probe_of(after, prompts)) < 1e-3
+    assert answers[0] == answers[1] == after.completion_ids
+    assert [m for m in served_models(victim) if "-lora-" in m] == [lora.request_model]  # the newest adapter only
+    engine.sync_weights(policy)  # the module's engine again knows what its servers serve
 
 
 def test_close_leaves_no_server_process(engine: ServerEngine) -> None:

@@ -81,6 +81,7 @@ class ServerEngine(RolloutEngine):
         self.adapter_version = 0
         self._base_pushed = False
         self.reference: Reference | None = None
+        self._reference_weights = (0, 0)  # (version, adapter_version) the reference's trainer log-probs belong to
         self._push_metrics: dict[str, float] = {}
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
 
@@ -205,7 +206,7 @@ class ServerEngine(RolloutEngine):
         reference: Reference = (list(prompt_ids), list(completion_ids), list(trainer_logprobs), tolerance)
         with self._lock:
             gap = max((self.check_server(s, reference, where) for s in self.fleet.up()), default=0.0)
-        self.reference = reference
+        self.reference, self._reference_weights = reference, (self.version, self.adapter_version)
         return gap
 
     # ------------------------------------------------------------------ weights
@@ -289,9 +290,11 @@ class ServerEngine(RolloutEngine):
         drop_versions(self.model_dir.parent, {self.model_dir.name, "v0", *starting})
 
     def _bring_up(self, server: Server) -> None:
-        """A restarted server: load the current weights, then check it on the last probe (Fleet's ``on_ready``)."""
+        """A restarted server: load the current weights (and adapter), then check it on the last probe (Fleet's
+        ``on_ready``). A server that comes up during a push is not checked against the probe of the weights before it
+        (it would fail): the push's own check, which covers every up server, follows."""
         self._load_on(server, self.model_dir)
-        if self.reference is not None:
+        if self.reference is not None and self._reference_weights == (self.version, self.adapter_version):
             try:
                 self.check_server(server, self.reference, f"restart at weight version {self.version}")
             except WeightSyncError as exc:

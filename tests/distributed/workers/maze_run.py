@@ -259,6 +259,9 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters (r 4) instead of all weights")
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
+    parser.add_argument(
+        "--server", action="store_true", help="rollouts on one launched vllm serve, shared by the ranks"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step, args.strategy)
@@ -282,6 +285,10 @@ def main() -> None:
         if args.dynamic_short_error:
             dynamic = {"max_rounds": 1, "oversample": 1.0, "on_short": "error"}
         settings["rollout"] |= {"reward_funcs": [half], "correctness": half, "dynamic_sampling": dynamic}
+    if args.server:
+        from tests.distributed.workers.server_checks import use_servers
+
+        use_servers(settings, args.out)
     if args.flat_reward_rank is not None and args.flat_reward_rank == this_rank(args.devices):
         flat = "tests.distributed.workers.maze_run:flat_reward"
         settings["rollout"] |= {"reward_funcs": [flat], "correctness": flat}
