@@ -5,8 +5,11 @@ Sampling: one ``/v1/completions`` request per prompt (token ids in, ``n`` comple
 ``seeds[i]`` (default ``sampling.seed + i * n``) and vLLM gives its completion ``j`` the seed ``seeds[i] + j``. So the
 samples do not depend on which server answers, nor on how the prompts are split over servers, nor on a retry.
 
-Pushes: the policy is written as a new versioned model directory, every up server reloads it through our worker
-extension (``/collective_rpc load_weights_dir``) and drops its prefix cache; the callback's check then runs on
+Pushes (``push: directory``): the policy is written as a new versioned model directory, every up server reloads it
+through our worker extension (``/collective_rpc load_weights_dir``) and drops its prefix cache. With ``push:
+collective`` the same state dict goes over one two-rank gloo/NCCL group per server instead
+(:mod:`~lit_fgrpo.rollout.servers.collective`; a restarted server forms a new group and gets the last pushed weights,
+kept on the CPU for it). Either way the callback's check then runs on
 **every** server (:meth:`ServerEngine.check_sync`): teacher-forced log-probs (the weights, ``lm_head`` included) and,
 per probe row, the last token's log-prob through the sampling path (which reads the prefix cache, so a stale cache
 shows). A restarted server gets the current weights and the same check before it takes requests.
@@ -32,6 +35,7 @@ from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap
 from lit_fgrpo.rollout.servers import protocol
 from lit_fgrpo.rollout.servers.adapters import adapter_name, adapter_rank, write_adapter
+from lit_fgrpo.rollout.servers.collective import PushGroups, resolve_backend
 from lit_fgrpo.rollout.servers.dispatch import run_requests
 from lit_fgrpo.rollout.servers.errors import ServerError
 from lit_fgrpo.rollout.servers.fleet import Fleet, Server
@@ -82,6 +86,9 @@ class ServerEngine(RolloutEngine):
         self._base_pushed = False
         self.reference: Reference | None = None
         self._push_metrics: dict[str, float] = {}
+        self.groups = PushGroups(settings.push_timeout_s, settings.push_host) if settings.push == "collective" else None
+        """The push groups (``push: collective``; None for directory pushes)."""
+        self._pushed: dict[str, torch.Tensor] | None = None  # collective: the last push, for a restarted server
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
 
     @classmethod
@@ -209,42 +216,55 @@ class ServerEngine(RolloutEngine):
         return gap
 
     # ------------------------------------------------------------------ weights
-    def _load_on(self, server: Server, directory: Path | None, reset_cache: bool = True) -> None:
-        """Load the weights in ``directory`` (None: none), then the current adapter (LoRA), then drop the cache."""
-        if directory is not None:
-            server.client.collective_rpc("load_weights_dir", str(directory))
+    def _load_on(self, server: Server, full: bool, reset_cache: bool = True) -> None:
+        """Load the current full weights (``full``: the current directory, or the last push over the server's group),
+        then the current adapter (LoRA), then drop the cache."""
+        if full and self.groups is not None and self._pushed is not None:
+            self.groups.send(server.client, self._pushed)
+        elif full and self.groups is None:
+            server.client.collective_rpc("load_weights_dir", str(self.model_dir))
         if self.adapter is not None:
             server.client.load_adapter(self.adapter[0], str(self.adapter[1]))
         if reset_cache:
             server.client.reset_prefix_cache()
 
     def push_state_dict(self, state_dict: dict[str, torch.Tensor], reset_cache: bool = True) -> int:
-        """Write ``state_dict`` as the next version and load it on every up server; returns the bytes written.
+        """Load ``state_dict`` on every up server as the next version (written as a directory, or sent over the push
+        groups); returns the bytes written (directory) or the tensors' bytes (collective).
 
         Prefer :meth:`sync_weights`; this sends exactly what it is given (tests break pushes with it).
 
         Raises:
-            ServerError: no server is left to receive it.
+            ServerError: no server is left to receive it, or (collective) a push failed on a server that is still
+                up (a group that cannot form is a setup error: one line naming the server, not a probe failure).
         """
         with self._lock:
             start = time.perf_counter()
-            previous = self.model_dir
             self.version += 1
-            self.model_dir = next_version_dir(previous, self.model_dir.parent, self.version)
-            size = write_state_dict(state_dict, self.model_dir)
-            self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
+            if self.groups is None:
+                previous = self.model_dir
+                self.model_dir = next_version_dir(previous, self.model_dir.parent, self.version)
+                size = write_state_dict(state_dict, self.model_dir)
+                self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
+            else:
+                self._pushed, size = state_dict, sum(t.numel() * t.element_size() for t in state_dict.values())
             for server in self.fleet.wait_for_any("the weight push"):
                 try:
-                    self._load_on(server, self.model_dir, reset_cache)
+                    self._load_on(server, True, reset_cache)
                 except ServerError as exc:
                     self.fleet.failed(server, str(exc))  # a restarted server gets these weights in _bring_up
-            self._drop_old_versions()
+                    if self.groups is not None and server.state == "up":
+                        raise
+            if self.groups is None:
+                self._drop_old_versions()
             self._push_metrics = {"rollout/push_seconds": time.perf_counter() - start, "rollout/push_bytes": size}
             return size
 
     def sync_weights(self, model: nn.Module) -> None:
         """Push the policy to every server: its full state dict (``lm_head.weight`` included, PEFT LoRA merged), or
         for a LoRA engine the adapter alone (the frozen base too on the engine's first push)."""
+        if self.groups is not None:
+            self.groups.use(*resolve_backend(self.settings.push_backend, next(model.parameters()).device))
         if not self.lora:
             self.push_state_dict(cpu_state_dict(model))
             return
@@ -270,7 +290,7 @@ class ServerEngine(RolloutEngine):
             self.adapter = (adapter_name(self.model_name, self.adapter_version), directory)
             for server in self.fleet.wait_for_any("the adapter push"):
                 try:
-                    self._load_on(server, None)
+                    self._load_on(server, False)
                     if previous is not None:
                         server.client.unload_adapter(previous[0])
                 except ServerError as exc:
@@ -289,8 +309,11 @@ class ServerEngine(RolloutEngine):
         drop_versions(self.model_dir.parent, {self.model_dir.name, "v0", *starting})
 
     def _bring_up(self, server: Server) -> None:
-        """A restarted server: load the current weights, then check it on the last probe (Fleet's ``on_ready``)."""
-        self._load_on(server, self.model_dir)
+        """A restarted server: load the current weights (over a new push group for collective pushes), then check it
+        on the last probe (Fleet's ``on_ready``)."""
+        if self.groups is not None:
+            self.groups.drop(server.url)
+        self._load_on(server, True)
         if self.reference is not None:
             try:
                 self.check_server(server, self.reference, f"restart at weight version {self.version}")
@@ -299,4 +322,6 @@ class ServerEngine(RolloutEngine):
 
     def close(self) -> None:
         """Stop launched servers (their whole process groups) and close the connections."""
+        if self.groups is not None:
+            self.groups.close()
         self.fleet.close()
