@@ -43,7 +43,9 @@ def resolve_backend(choice: str, policy_device: torch.device) -> tuple[Backend, 
     if choice == "gloo" or (choice == "auto" and policy_device.type != "cuda"):
         return "gloo", torch.device("cpu")
     if policy_device.type != "cuda":
-        raise ConfigError(f"engine_kwargs.push_backend 'nccl' needs the policy on a CUDA device, it is on {policy_device}")
+        raise ConfigError(
+            f"engine_kwargs.push_backend 'nccl' needs the policy on a CUDA device, it is on {policy_device}"
+        )
     return "nccl", policy_device
 
 

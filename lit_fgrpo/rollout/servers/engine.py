@@ -5,14 +5,11 @@ Sampling: one ``/v1/completions`` request per prompt (token ids in, ``n`` comple
 ``seeds[i]`` (default ``sampling.seed + i * n``) and vLLM gives its completion ``j`` the seed ``seeds[i] + j``. So the
 samples do not depend on which server answers, nor on how the prompts are split over servers, nor on a retry.
 
-Pushes (``push: directory``): the policy is written as a new versioned model directory, every up server reloads it
-through our worker extension (``/collective_rpc load_weights_dir``) and drops its prefix cache. With ``push:
-collective`` the same state dict goes over one two-rank gloo/NCCL group per server instead
-(:mod:`~lit_fgrpo.rollout.servers.collective`; a restarted server forms a new group and gets the last pushed weights,
-kept on the CPU for it). Either way the callback's check then runs on
-**every** server (:meth:`ServerEngine.check_sync`): teacher-forced log-probs (the weights, ``lm_head`` included) and,
-per probe row, the last token's log-prob through the sampling path (which reads the prefix cache, so a stale cache
-shows). A restarted server gets the current weights and the same check before it takes requests.
+Pushes: the policy is written as a new versioned model directory and every up server reloads it through our worker
+extension (``/collective_rpc load_weights_dir``), or (``push: collective``) it goes over one gloo/NCCL group per
+server (:mod:`~lit_fgrpo.rollout.servers.collective`); then each drops its prefix cache. The callback's check runs on
+**every** server (:mod:`~lit_fgrpo.rollout.servers.probe`). A restarted server gets the current weights (over a new
+group) and the same check before it takes requests.
 
 LoRA (a PEFT policy, ``lora: adapter``): the first push of an engine sends the frozen base once, every push the
 adapter alone (:mod:`~lit_fgrpo.rollout.servers.adapters`), and requests name the newest adapter.
@@ -40,6 +37,7 @@ from lit_fgrpo.rollout.servers.dispatch import run_requests
 from lit_fgrpo.rollout.servers.errors import ServerError
 from lit_fgrpo.rollout.servers.fleet import Fleet, Server
 from lit_fgrpo.rollout.servers.launching import open_fleet
+from lit_fgrpo.rollout.servers.probe import COMPLETIONS, server_logprobs
 from lit_fgrpo.rollout.servers.settings import ServerSettings
 from lit_fgrpo.rollout.servers.weights import (
     cpu_state_dict,
@@ -49,7 +47,6 @@ from lit_fgrpo.rollout.servers.weights import (
     write_state_dict,
 )
 
-COMPLETIONS = "/v1/completions"
 Reference = tuple[list[list[int]], list[list[int]], list[torch.Tensor], float]
 """(probe prompts, completions, trainer log-probs, tolerance) of the last check, reused for restarted servers."""
 
@@ -178,20 +175,8 @@ class ServerEngine(RolloutEngine):
     def server_logprobs(
         self, server: Server, prompt_ids: list[list[int]], completion_ids: list[list[int]]
     ) -> list[torch.Tensor]:
-        """Log-probs of the completions on one server: teacher-forced rows, the last token replaced by its value
-        through the sampling path (so a stale prefix cache or stale weights both show)."""
-        out, model = [], self.request_model
-        for prompt, completion in zip(prompt_ids, completion_ids):
-            forced = protocol.parse_scores(
-                server.client.post(COMPLETIONS, protocol.score_body(model, prompt, completion)),
-                len(prompt),
-                completion,
-            )
-            if completion:
-                body = protocol.cache_probe_body(model, prompt + completion[:-1], completion[-1])
-                forced[-1] = protocol.parse_cache_probe(server.client.post(COMPLETIONS, body), completion[-1])
-            out.append(torch.tensor(forced))
-        return out
+        """Log-probs of the completions on one server (:func:`~lit_fgrpo.rollout.servers.probe.server_logprobs`)."""
+        return server_logprobs(server.client, self.request_model, prompt_ids, completion_ids)
 
     def check_server(self, server: Server, reference: Reference, where: str) -> float:
         """One server against the trainer's log-probs; raises :class:`WeightSyncError` naming the server."""
@@ -229,14 +214,12 @@ class ServerEngine(RolloutEngine):
             server.client.reset_prefix_cache()
 
     def push_state_dict(self, state_dict: dict[str, torch.Tensor], reset_cache: bool = True) -> int:
-        """Load ``state_dict`` on every up server as the next version (written as a directory, or sent over the push
-        groups); returns the bytes written (directory) or the tensors' bytes (collective).
-
-        Prefer :meth:`sync_weights`; this sends exactly what it is given (tests break pushes with it).
+        """Load ``state_dict`` on every up server as the next version (a new directory, or over the push groups);
+        returns the bytes written (the tensors' bytes for collective pushes). Prefer :meth:`sync_weights`; this sends
+        exactly what it is given (tests break pushes with it).
 
         Raises:
-            ServerError: no server is left to receive it, or (collective) a push failed on a server that is still
-                up (a group that cannot form is a setup error: one line naming the server, not a probe failure).
+            ServerError: no server is left, or a collective push failed on a server still up (one line naming it).
         """
         with self._lock:
             start = time.perf_counter()

@@ -84,7 +84,9 @@ def layout_json(buckets: list[Bucket]) -> str:
 
 def parse_layout(text: str) -> list[Bucket]:
     """The inverse of :func:`layout_json`."""
-    return [Bucket(b["dtype"], tuple((str(n), tuple(int(x) for x in s)) for n, s in b["tensors"])) for b in json.loads(text)]
+    return [
+        Bucket(b["dtype"], tuple((str(n), tuple(int(x) for x in s)) for n, s in b["tensors"])) for b in json.loads(text)
+    ]
 
 
 def pack(bucket: Bucket, state_dict: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
@@ -125,7 +127,7 @@ def open_group(
     timeout = timedelta(seconds=timeout_s)
     group: Any
     if backend == "gloo":
-        options = dist.ProcessGroupGloo._Options()
+        options = dist.ProcessGroupGloo._Options()  # type: ignore[attr-defined]  # the stubs omit it
         options._timeout = timeout
         options._devices = [dist.ProcessGroupGloo.create_device(hostname=hostname)]
         group = dist.ProcessGroupGloo(store, rank, 2, options)
