@@ -134,7 +134,7 @@ def test_a_group_that_cannot_form_fails_in_one_line_naming_the_url_and_the_port(
         unreachable.form(server.client)
     message = str(err.value)
     print(message)
-    assert "\n" not in message and server.url in message and "within 3 s" in message
+    assert "\n" not in message and server.url in message and "timeout 3 s" in message
     assert re.search(r"trainer store 192\.0\.2\.1:\d+", message)
     # The server is unharmed: the engine's own group still pushes, and the probe passes.
     train(policy, seed=9)

@@ -136,8 +136,8 @@ class PushGroups:
         error = _wait(lambda: remote.done and local.done, [remote, local], time.monotonic() + self.timeout_s + 1)
         if error is not None:
             raise ServerError(
-                f"push group with vllm server {client.url} did not form within {self.timeout_s:g} s "
-                f"({self.backend}, trainer store {dial}:{store.port}): {_line(error)}"
+                f"push group with vllm server {client.url} did not form ({self.backend}, trainer store "
+                f"{dial}:{store.port}, timeout {self.timeout_s:g} s): {_line(error)}"
             )
         self._groups[client.url] = (local.result, store)
         return local.result
