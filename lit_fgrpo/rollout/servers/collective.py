@@ -27,7 +27,7 @@ import torch.distributed as dist
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.servers.client import ServerClient
 from lit_fgrpo.rollout.servers.errors import ServerError
-from lit_fgrpo.rollout.servers.wire import Backend, layout_json, open_group, pack, plan_buckets, start_broadcast
+from lit_fgrpo.rollout.servers.wire import Backend, Bucket, layout_json, open_group, pack, plan_buckets, start_broadcast
 from lit_fgrpo.rollout.servers.wire import finish as finish_work
 
 JOIN_GRACE_S = 5.0
@@ -111,6 +111,24 @@ class PushGroups:
         self.timeout_s, self.push_host = timeout_s, push_host
         self.backend, self.device = backend, torch.device(device)
         self._groups: dict[str, Any] = {}
+        self._staged: tuple[list[Bucket], list[torch.Tensor]] | None = None  # the last push: layout and buffers
+
+    @property
+    def staged(self) -> bool:
+        """Whether a push is staged (what :meth:`send` sends, also to a restarted server)."""
+        return self._staged is not None
+
+    def stage(self, state_dict: dict[str, torch.Tensor]) -> int:
+        """Copy ``state_dict`` (any device, e.g. the live parameters) into the send buffers: this is the push
+        :meth:`send` sends until the next ``stage``. The buffers (one per bucket, on :attr:`device`, in the tensors'
+        own dtypes) are kept while the layout stays the same. Returns the tensors' bytes."""
+        buckets = plan_buckets(state_dict)
+        if self._staged is None or self._staged[0] != buckets:  # (use() drops it when the device changes)
+            flats = [torch.empty(b.numel, dtype=b.torch_dtype, device=self.device) for b in buckets]  # (numel,)
+            self._staged = (buckets, flats)
+        for bucket, flat in zip(*self._staged):
+            pack(bucket, state_dict, flat)
+        return sum(t.numel() * t.element_size() for t in state_dict.values())
 
     def use(self, backend: Backend, device: torch.device) -> None:
         """Send with ``backend`` from ``device`` from now on (groups of another backend are dropped)."""
@@ -142,22 +160,22 @@ class PushGroups:
         self._groups[client.url] = (local.result, store)
         return local.result
 
-    def send(self, client: ServerClient, state_dict: dict[str, torch.Tensor]) -> int:
-        """Push ``state_dict`` to one server over its group (formed first when it has none); the tensors' bytes.
+    def send(self, client: ServerClient) -> None:
+        """Send the staged push (:meth:`stage`) to one server over its group (formed first when it has none).
 
         Raises:
             ServerError: the group did not form, or the push failed or outlasted ``timeout_s`` (the group is
                 dropped: the next push forms a new one).
         """
+        if self._staged is None:
+            raise ValueError("PushGroups.send before stage: nothing to send")
+        buckets, flats = self._staged
         group = self._groups[client.url][0] if client.url in self._groups else self.form(client)
-        buckets = plan_buckets(state_dict)
         deadline = time.monotonic() + self.timeout_s
         remote = _Call(lambda: client.collective_rpc("receive_weights", layout_json(buckets)))
-        sent = []  # the buffers stay alive until the worker has taken them (NCCL reads them asynchronously)
         error: BaseException | None = None
-        for bucket in buckets:
-            sent.append(pack(bucket, state_dict, self.device))  # (bucket.numel,)
-            work = start_broadcast(group, sent[-1])
+        for flat in flats:
+            work = start_broadcast(group, flat)  # (bucket.numel,)
             error = _wait(work.is_completed, [remote], deadline)
             if error is None:
                 try:
@@ -171,12 +189,12 @@ class PushGroups:
         if error is not None:
             self.drop(client.url)
             raise ServerError(f"collective push to vllm server {client.url} failed ({self.backend}): {_line(error)}")
-        return sum(t.numel() * t.element_size() for t in state_dict.values())
 
     def drop(self, url: str) -> None:
         """Forget the server's group (a failed or restarted server); the next push forms a new one."""
         self._groups.pop(url, None)
 
     def close(self) -> None:
-        """Forget every group."""
+        """Forget every group and the staged push."""
         self._groups.clear()
+        self._staged = None

@@ -46,6 +46,7 @@ from lit_fgrpo.rollout.servers.weights import (
     write_model_dir,
     write_state_dict,
 )
+from lit_fgrpo.rollout.vllm_worker import merged_lora, policy_state_dict
 
 Reference = tuple[list[list[int]], list[list[int]], list[torch.Tensor], float]
 """(probe prompts, completions, trainer log-probs, tolerance) of the last check, reused for restarted servers."""
@@ -85,7 +86,6 @@ class ServerEngine(RolloutEngine):
         self._push_metrics: dict[str, float] = {}
         self.groups = PushGroups(settings.push_timeout_s, settings.push_host) if settings.push == "collective" else None
         """The push groups (``push: collective``; None for directory pushes)."""
-        self._pushed: dict[str, torch.Tensor] | None = None  # collective: the last push, for a restarted server
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
 
     @classmethod
@@ -204,8 +204,8 @@ class ServerEngine(RolloutEngine):
     def _load_on(self, server: Server, full: bool, reset_cache: bool = True) -> None:
         """Load the current full weights (``full``: the current directory, or the last push over the server's group),
         then the current adapter (LoRA), then drop the cache."""
-        if full and self.groups is not None and self._pushed is not None:
-            self.groups.send(server.client, self._pushed)
+        if full and self.groups is not None and self.groups.staged:
+            self.groups.send(server.client)
         elif full and self.groups is None:
             server.client.collective_rpc("load_weights_dir", str(self.model_dir))
         if self.adapter is not None:
@@ -230,7 +230,7 @@ class ServerEngine(RolloutEngine):
                 size = write_state_dict(state_dict, self.model_dir)
                 self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
             else:
-                self._pushed, size = state_dict, sum(t.numel() * t.element_size() for t in state_dict.values())
+                size = self.groups.stage(state_dict)  # kept: a restarted server gets it too
             for server in self.fleet.wait_for_any("the weight push"):
                 try:
                     self._load_on(server, True, reset_cache)
@@ -248,6 +248,10 @@ class ServerEngine(RolloutEngine):
         for a LoRA engine the adapter alone (the frozen base too on the engine's first push)."""
         if self.groups is not None:
             self.groups.use(*resolve_backend(self.settings.push_backend, next(model.parameters()).device))
+        if self.groups is not None and not self.lora:
+            with merged_lora(model):  # staged straight from the live parameters, in their dtype (no CPU clone)
+                self.push_state_dict(policy_state_dict(model))
+            return
         if not self.lora:
             self.push_state_dict(cpu_state_dict(model))
             return

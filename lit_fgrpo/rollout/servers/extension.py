@@ -29,6 +29,9 @@ class WeightReceiver:
 
     _lit_push: tuple[Any, str, Any] | None = None
     """(torch backend, backend name, buffer device) of the push group, once :meth:`init_push_group` formed it."""
+    _lit_buffers: tuple[str, list[Any]] | None = None
+    """(layout, receive buffers) of the last push, reused while the layout stays (CPU only: a fresh CPU buffer
+    costs more in page faults than the transfer; CUDA's caching allocator reuses memory by itself)."""
 
     def load_weights_dir(self, path: str) -> int:
         """Reload the model in place from every ``*.safetensors`` file in ``path`` (checkpoint-format names).
@@ -92,10 +95,14 @@ class WeightReceiver:
             raise RuntimeError("receive_weights before init_push_group: no push group on this worker")
         group, _, device = self._lit_push
         buckets = parse_layout(layout_json)
+        if self._lit_buffers is not None and self._lit_buffers[0] == layout_json and device.type == "cpu":
+            flats = self._lit_buffers[1]
+        else:
+            flats = [torch.empty(b.numel, dtype=b.torch_dtype, device=device) for b in buckets]  # (numel,) each
+        self._lit_buffers = (layout_json, flats) if device.type == "cpu" else None
 
         def received() -> Any:
-            for bucket in buckets:
-                flat = torch.empty(bucket.numel, dtype=bucket.torch_dtype, device=device)  # (numel,)
+            for bucket, flat in zip(buckets, flats):
                 finish(start_broadcast(group, flat), device)
                 yield from unpack(bucket, flat)
 

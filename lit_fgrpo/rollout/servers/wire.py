@@ -89,10 +89,14 @@ def parse_layout(text: str) -> list[Bucket]:
     ]
 
 
-def pack(bucket: Bucket, state_dict: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
-    """The bucket's tensors flattened into one buffer on ``device``."""
-    parts = [state_dict[name].detach().reshape(-1) for name, _ in bucket.tensors]  # each (numel_i,)
-    return torch.cat(parts).to(device)  # (bucket.numel,)
+def pack(bucket: Bucket, state_dict: dict[str, torch.Tensor], flat: torch.Tensor) -> None:
+    """Copy the bucket's tensors (any device) into ``flat``, a ``(bucket.numel,)`` buffer of the bucket's dtype.
+
+    Into a buffer the caller keeps between pushes: a fresh CPU buffer of tens of MB costs more in page faults than
+    the copy (100-350 ms against 2-20 ms for 34 MB on the loaded 2-core box)."""
+    with torch.no_grad():
+        for name, view in unpack(bucket, flat):
+            view.copy_(state_dict[name])  # shape: the tensor's own
 
 
 def unpack(bucket: Bucket, flat: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
