@@ -74,7 +74,7 @@ def train(model: nn.Module, steps: int = 3, lr: float = 0.05, seed: int = 7) -> 
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        x = torch.randint(3, VOCAB, (8, 24), generator=g)  # (8, 24)
+        x = torch.randint(3, VOCAB, (8, 24), generator=g).to(next(model.parameters()).device)  # (8, 24)
         model(input_ids=x, labels=x).loss.backward()
         opt.step()
         opt.zero_grad()

@@ -5,11 +5,11 @@ Sampling: one ``/v1/completions`` request per prompt (token ids in, ``n`` comple
 ``seeds[i]`` (default ``sampling.seed + i * n``) and vLLM gives its completion ``j`` the seed ``seeds[i] + j``. So the
 samples do not depend on which server answers, nor on how the prompts are split over servers, nor on a retry.
 
-Pushes: the policy is written as a new versioned model directory, every up server reloads it through our worker
-extension (``/collective_rpc load_weights_dir``) and drops its prefix cache; the callback's check then runs on
-**every** server (:meth:`ServerEngine.check_sync`): teacher-forced log-probs (the weights, ``lm_head`` included) and,
-per probe row, the last token's log-prob through the sampling path (which reads the prefix cache, so a stale cache
-shows). A restarted server gets the current weights and the same check before it takes requests.
+Pushes: the policy is written as a new versioned model directory and every up server reloads it through our worker
+extension (``/collective_rpc load_weights_dir``), or (``push: collective``) it goes over one gloo/NCCL group per
+server (:mod:`~lit_fgrpo.rollout.servers.collective`); then each drops its prefix cache. The callback's check runs on
+**every** server (:mod:`~lit_fgrpo.rollout.servers.probe`). A restarted server gets the current weights (over a new
+group) and the same check before it takes requests.
 
 LoRA (a PEFT policy, ``lora: adapter``): the first push of an engine sends the frozen base once, every push the
 adapter alone (:mod:`~lit_fgrpo.rollout.servers.adapters`), and requests name the newest adapter.
@@ -32,10 +32,12 @@ from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap
 from lit_fgrpo.rollout.servers import protocol
 from lit_fgrpo.rollout.servers.adapters import adapter_name, adapter_rank, write_adapter
+from lit_fgrpo.rollout.servers.collective import PushGroups, resolve_backend
 from lit_fgrpo.rollout.servers.dispatch import run_requests
 from lit_fgrpo.rollout.servers.errors import ServerError
 from lit_fgrpo.rollout.servers.fleet import Fleet, Server
 from lit_fgrpo.rollout.servers.launching import open_fleet
+from lit_fgrpo.rollout.servers.probe import COMPLETIONS, server_logprobs
 from lit_fgrpo.rollout.servers.settings import ServerSettings
 from lit_fgrpo.rollout.servers.weights import (
     cpu_state_dict,
@@ -44,8 +46,8 @@ from lit_fgrpo.rollout.servers.weights import (
     write_model_dir,
     write_state_dict,
 )
+from lit_fgrpo.rollout.vllm_worker import merged_lora, policy_state_dict
 
-COMPLETIONS = "/v1/completions"
 Reference = tuple[list[list[int]], list[list[int]], list[torch.Tensor], float]
 """(probe prompts, completions, trainer log-probs, tolerance) of the last check, reused for restarted servers."""
 
@@ -83,6 +85,8 @@ class ServerEngine(RolloutEngine):
         self.reference: Reference | None = None
         self._reference_weights = (0, 0)  # (version, adapter_version) the reference's trainer log-probs belong to
         self._push_metrics: dict[str, float] = {}
+        self.groups = PushGroups(settings.push_timeout_s, settings.push_host) if settings.push == "collective" else None
+        """The push groups (``push: collective``; None for directory pushes)."""
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
 
     @classmethod
@@ -172,20 +176,8 @@ class ServerEngine(RolloutEngine):
     def server_logprobs(
         self, server: Server, prompt_ids: list[list[int]], completion_ids: list[list[int]]
     ) -> list[torch.Tensor]:
-        """Log-probs of the completions on one server: teacher-forced rows, the last token replaced by its value
-        through the sampling path (so a stale prefix cache or stale weights both show)."""
-        out, model = [], self.request_model
-        for prompt, completion in zip(prompt_ids, completion_ids):
-            forced = protocol.parse_scores(
-                server.client.post(COMPLETIONS, protocol.score_body(model, prompt, completion)),
-                len(prompt),
-                completion,
-            )
-            if completion:
-                body = protocol.cache_probe_body(model, prompt + completion[:-1], completion[-1])
-                forced[-1] = protocol.parse_cache_probe(server.client.post(COMPLETIONS, body), completion[-1])
-            out.append(torch.tensor(forced))
-        return out
+        """Log-probs of the completions on one server (:func:`~lit_fgrpo.rollout.servers.probe.server_logprobs`)."""
+        return server_logprobs(server.client, self.request_model, prompt_ids, completion_ids)
 
     def check_server(self, server: Server, reference: Reference, where: str) -> float:
         """One server against the trainer's log-probs; raises :class:`WeightSyncError` naming the server."""
@@ -210,42 +202,57 @@ class ServerEngine(RolloutEngine):
         return gap
 
     # ------------------------------------------------------------------ weights
-    def _load_on(self, server: Server, directory: Path | None, reset_cache: bool = True) -> None:
-        """Load the weights in ``directory`` (None: none), then the current adapter (LoRA), then drop the cache."""
-        if directory is not None:
-            server.client.collective_rpc("load_weights_dir", str(directory))
+    def _load_on(self, server: Server, full: bool, reset_cache: bool = True) -> None:
+        """Load the current full weights (``full``: the current directory, or the last push over the server's group),
+        then the current adapter (LoRA), then drop the cache."""
+        if full and self.groups is not None and self.groups.staged:
+            self.groups.send(server.client)
+        elif full and self.groups is None:
+            server.client.collective_rpc("load_weights_dir", str(self.model_dir))
         if self.adapter is not None:
             server.client.load_adapter(self.adapter[0], str(self.adapter[1]))
         if reset_cache:
             server.client.reset_prefix_cache()
 
     def push_state_dict(self, state_dict: dict[str, torch.Tensor], reset_cache: bool = True) -> int:
-        """Write ``state_dict`` as the next version and load it on every up server; returns the bytes written.
-
-        Prefer :meth:`sync_weights`; this sends exactly what it is given (tests break pushes with it).
+        """Load ``state_dict`` on every up server as the next version (a new directory, or over the push groups);
+        returns the bytes written (the tensors' bytes for collective pushes). Prefer :meth:`sync_weights`; this sends
+        exactly what it is given (tests break pushes with it).
 
         Raises:
-            ServerError: no server is left to receive it.
+            ServerError: no server is left, or a collective push failed on a server still up (one line naming it).
         """
         with self._lock:
             start = time.perf_counter()
-            previous = self.model_dir
             self.version += 1
-            self.model_dir = next_version_dir(previous, self.model_dir.parent, self.version)
-            size = write_state_dict(state_dict, self.model_dir)
-            self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
+            if self.groups is None:
+                previous = self.model_dir
+                self.model_dir = next_version_dir(previous, self.model_dir.parent, self.version)
+                size = write_state_dict(state_dict, self.model_dir)
+                self.fleet.model_dir = str(self.model_dir)  # what a server restarted from now on starts with
+            else:
+                size = self.groups.stage(state_dict)  # kept: a restarted server gets it too
             for server in self.fleet.wait_for_any("the weight push"):
                 try:
-                    self._load_on(server, self.model_dir, reset_cache)
+                    self._load_on(server, True, reset_cache)
                 except ServerError as exc:
                     self.fleet.failed(server, str(exc))  # a restarted server gets these weights in _bring_up
-            self._drop_old_versions()
+                    if self.groups is not None and server.state == "up":
+                        raise
+            if self.groups is None:
+                self._drop_old_versions()
             self._push_metrics = {"rollout/push_seconds": time.perf_counter() - start, "rollout/push_bytes": size}
             return size
 
     def sync_weights(self, model: nn.Module) -> None:
         """Push the policy to every server: its full state dict (``lm_head.weight`` included, PEFT LoRA merged), or
         for a LoRA engine the adapter alone (the frozen base too on the engine's first push)."""
+        if self.groups is not None:
+            self.groups.use(*resolve_backend(self.settings.push_backend, next(model.parameters()).device))
+        if self.groups is not None and not self.lora:
+            with merged_lora(model):  # staged straight from the live parameters, in their dtype (no CPU clone)
+                self.push_state_dict(policy_state_dict(model))
+            return
         if not self.lora:
             self.push_state_dict(cpu_state_dict(model))
             return
@@ -271,7 +278,7 @@ class ServerEngine(RolloutEngine):
             self.adapter = (adapter_name(self.model_name, self.adapter_version), directory)
             for server in self.fleet.wait_for_any("the adapter push"):
                 try:
-                    self._load_on(server, None)
+                    self._load_on(server, False)
                     if previous is not None:
                         server.client.unload_adapter(previous[0])
                 except ServerError as exc:
@@ -290,10 +297,13 @@ class ServerEngine(RolloutEngine):
         drop_versions(self.model_dir.parent, {self.model_dir.name, "v0", *starting})
 
     def _bring_up(self, server: Server) -> None:
-        """A restarted server: load the current weights (and adapter), then check it on the last probe (Fleet's
-        ``on_ready``). A server that comes up during a push is not checked against the probe of the weights before it
-        (it would fail): the push's own check, which covers every up server, follows."""
-        self._load_on(server, self.model_dir)
+        """A restarted server: load the current weights (over a new push group for collective pushes) and adapter,
+        then check it on the last probe (Fleet's ``on_ready``). A server that comes up during a push is not checked
+        against the probe of the weights before it (it would fail): the push's own check, which covers every up server,
+        follows."""
+        if self.groups is not None:
+            self.groups.drop(server.url)
+        self._load_on(server, True)
         if self.reference is not None and self._reference_weights == (self.version, self.adapter_version):
             try:
                 self.check_server(server, self.reference, f"restart at weight version {self.version}")
@@ -302,4 +312,6 @@ class ServerEngine(RolloutEngine):
 
     def close(self) -> None:
         """Stop launched servers (their whole process groups) and close the connections."""
+        if self.groups is not None:
+            self.groups.close()
         self.fleet.close()

@@ -76,6 +76,19 @@ class ServerSettings:
     """Launched servers accept runtime adapters up to this rank (rounded up to a rank vLLM allows); 0 = the
     policy's own LoRA rank (no LoRA support for a policy without adapters)."""
 
+    push: Literal["directory", "collective"] = "directory"
+    """How full weights reach the servers: ``directory`` = a safetensors directory every server reads (shared
+    filesystem); ``collective`` = a broadcast over a two-rank gloo/NCCL group per server
+    (:mod:`~lit_fgrpo.rollout.servers.collective`). LoRA adapters (``lora: adapter``) go as files either way."""
+    push_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """The collective's backend: ``auto`` = ``nccl`` when the policy is on a CUDA device, else ``gloo``. NCCL refuses
+    two ranks on one GPU: a server on the trainer's GPU needs ``gloo`` (staged through host memory)."""
+    push_timeout_s: float = 120.0
+    """Longest wait for a push group to form and for one push over it (``push: collective``)."""
+    push_host: str | None = None
+    """The trainer's address as the servers reach it (its push-group store listens there); None = the address of
+    the trainer's route to each server (127.0.0.1 for launched ones)."""
+
     def __post_init__(self) -> None:
         if bool(self.urls) == (self.launch > 0):
             raise ConfigError("engine 'vllm_server' needs exactly one of engine_kwargs.urls or engine_kwargs.launch")
@@ -93,6 +106,14 @@ class ServerSettings:
             raise ConfigError(f"engine_kwargs.max_lora_rank must be >= 0, got {self.max_lora_rank}")
         if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0:
             raise ConfigError("engine_kwargs.startup_timeout_s and request_timeout_s must be > 0")
+        if self.push not in ("directory", "collective"):
+            raise ConfigError(f"engine_kwargs.push must be 'directory' or 'collective', got {self.push!r}")
+        if self.push_backend not in ("auto", "gloo", "nccl"):
+            raise ConfigError(f"engine_kwargs.push_backend must be 'auto', 'gloo' or 'nccl', got {self.push_backend!r}")
+        if not self.push_timeout_s > 0:
+            raise ConfigError(f"engine_kwargs.push_timeout_s must be > 0, got {self.push_timeout_s}")
+        if self.push_host is not None and not self.push_host.strip():
+            raise ConfigError("engine_kwargs.push_host must be an address or null, got an empty string")
 
     @property
     def served_name(self) -> str | None:
