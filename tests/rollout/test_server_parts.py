@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from lit_fgrpo.errors import ConfigError
@@ -11,7 +13,7 @@ from lit_fgrpo.rollout.servers.adapters import LORA_ENV, server_rank
 from lit_fgrpo.rollout.servers.client import ServerClient
 from lit_fgrpo.rollout.servers.dispatch import pick_server
 from lit_fgrpo.rollout.servers.fleet import Server
-from lit_fgrpo.rollout.servers.launch import split_cpus
+from lit_fgrpo.rollout.servers.launch import split_launcher_flags
 from lit_fgrpo.rollout.servers.launching import launch_specs, serve_args
 from lit_fgrpo.rollout.servers.process import serve_command
 from lit_fgrpo.rollout.servers.settings import ServerSettings
@@ -52,8 +54,11 @@ def test_lists_become_tuples_and_the_launch_command_has_our_flags(tmp_path) -> N
     assert [s.url for s in specs] == ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
     assert specs[1].env["VLLM_SERVER_DEV_MODE"] == "1" and specs[1].log_path == tmp_path / "server-1.log"
     command = serve_command(specs[1], python="py")
-    assert command[:6] == ["py", "-m", "lit_fgrpo.rollout.servers.launch", "--cpus", "1", "serve"]
-    assert split_cpus(command[3:]) == ([1], command[5:])
+    assert command[:8] == [
+        "py", "-m", "lit_fgrpo.rollout.servers.launch", "--cpus", "1", "--exit-with", str(os.getpid()), "serve"
+    ]  # fmt: skip
+    assert split_launcher_flags(command[3:]) == ([1], os.getpid(), command[7:])
+    assert split_launcher_flags(["--exit-with=12", "serve", "m", "--cpus=0,1"]) == ([0, 1], 12, ["serve", "m"])
 
 
 def test_sample_body_carries_the_prompt_seed_and_stops() -> None:

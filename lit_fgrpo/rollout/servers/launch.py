@@ -10,8 +10,10 @@ The patch sits at module level on purpose: vLLM spawns its engine core with ``mu
 re-imports this module as ``__mp_main__`` in the child; the child needs the same answer. ``main`` runs only under
 the ``__main__`` guard.
 
-``--cpus`` (ours, removed before vLLM parses the rest) pins the server's processes to the given cores: the affinity is
-inherited by the engine core and its worker, and ``VLLM_CPU_OMP_THREADS_BIND`` binds the worker's OpenMP threads.
+Two flags are ours, removed before vLLM parses the rest: ``--cpus`` pins the server's processes to the given cores
+(the affinity is inherited by the engine core and its worker, and ``VLLM_CPU_OMP_THREADS_BIND`` binds the worker's
+OpenMP threads); ``--exit-with PID`` stops the server's whole process group once process PID (the trainer) is gone,
+even when it was SIGKILLed (:mod:`~lit_fgrpo.rollout.servers.watchdog`).
 """
 
 from __future__ import annotations
@@ -37,23 +39,37 @@ def _version(distribution_name: str) -> str:
 importlib.metadata.version = _version
 
 
-def split_cpus(argv: list[str]) -> tuple[list[int] | None, list[str]]:
-    """Take ``--cpus 0,1`` (or ``--cpus=0,1``) out of ``argv``; returns (the cores or None, the other arguments)."""
+def split_launcher_flags(argv: list[str]) -> tuple[list[int] | None, int | None, list[str]]:
+    """Take ``--cpus 0,1`` and ``--exit-with PID`` (either also as ``--flag=value``) out of ``argv``.
+
+    Returns:
+        (the cores or None, the pid to exit with or None, the other arguments).
+    """
     cpus: list[int] | None = None
+    exit_with: int | None = None
     rest: list[str] = []
     it = iter(argv)
     for arg in it:
-        if arg == "--cpus" or arg.startswith("--cpus="):
+        name = arg.split("=", 1)[0]
+        if name in ("--cpus", "--exit-with"):
             value = arg.split("=", 1)[1] if "=" in arg else next(it, "")
-            cpus = [int(c) for c in value.split(",") if c.strip()]
+            if name == "--cpus":
+                cpus = [int(c) for c in value.split(",") if c.strip()]
+            else:
+                exit_with = int(value)
         else:
             rest.append(arg)
-    return cpus, rest
+    return cpus, exit_with, rest
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Pin to ``--cpus`` when given, then run ``vllm serve`` with the other arguments (the first must be ``serve``)."""
-    cpus, rest = split_cpus(list(sys.argv[1:] if argv is None else argv))
+    """Pin to ``--cpus`` and watch ``--exit-with`` when given, then run ``vllm serve`` with the other arguments (the
+    first must be ``serve``)."""
+    cpus, parent, rest = split_launcher_flags(list(sys.argv[1:] if argv is None else argv))
+    if parent is not None:
+        from lit_fgrpo.rollout.servers.watchdog import exit_with
+
+        exit_with(parent)
     if cpus:
         os.sched_setaffinity(0, cpus)
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)

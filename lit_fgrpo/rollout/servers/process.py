@@ -61,8 +61,9 @@ def free_port(host: str) -> int:
 def serve_command(spec: LaunchSpec, python: str = sys.executable) -> list[str]:
     """The command line: our launcher module running ``vllm serve`` (see :mod:`~lit_fgrpo.rollout.servers.launch`)."""
     cpus = ["--cpus", ",".join(str(c) for c in spec.cores)] if spec.cores else []
+    ours = [*cpus, "--exit-with", str(os.getpid())]  # the server stops if this process dies, even by SIGKILL
     where = ["--host", spec.host, "--port", str(spec.port)]
-    return [python, "-m", LAUNCH_MODULE, *cpus, "serve", spec.model_path, *where, *spec.serve_args]
+    return [python, "-m", LAUNCH_MODULE, *ours, "serve", spec.model_path, *where, *spec.serve_args]
 
 
 def _last_line(path: Path) -> str:
