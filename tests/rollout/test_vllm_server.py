@@ -304,18 +304,14 @@ def test_a_resumed_run_pushes_and_probes_its_checkpoint_weights_before_the_first
     engine.sync_weights(policy)
 
 
-def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(
-    engine: ServerEngine, policy: nn.Module, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    prompts, seeds = PROMPTS * 4, [s + i for i, s in enumerate(SEEDS * 4)]
-    reference = engine.generate(prompts, SAMPLING, seeds)
-    check(engine, policy, *probe_of(reference, prompts))  # the reference a restarted server is checked against
-    victim = engine.fleet.servers[1]
-    assert victim.process is not None and victim.process.process is not None
-    pgid = victim.process.process.pid
-    # Killed as its first request of the rollout goes out (a timer raced the rollout: an idle core could finish all
-    # 48 prompts before a 0.2 s timer fired, and nothing was killed mid-rollout).
-    send, killed = victim.client.post, threading.Event()
+def kill_on_first_request(server: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[int, threading.Event]:
+    """SIGKILL ``server``'s process group as its next request goes out; returns (its group id, set once killed).
+
+    Deterministic, unlike a timer: an idle core could finish a whole rollout before a 0.2 s timer fired, and then
+    nothing was killed mid-rollout."""
+    assert server.process is not None and server.process.process is not None
+    pgid = server.process.process.pid
+    send, killed = server.client.post, threading.Event()
 
     def killed_on_first_request(path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None) -> Any:
         if not killed.is_set():
@@ -323,7 +319,18 @@ def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(
             os.killpg(pgid, signal.SIGKILL)
         return send(path, body, timeout_s)
 
-    monkeypatch.setattr(victim.client, "post", killed_on_first_request)
+    monkeypatch.setattr(server.client, "post", killed_on_first_request)
+    return pgid, killed
+
+
+def test_a_server_killed_mid_rollout_changes_nothing_and_comes_back(
+    engine: ServerEngine, policy: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prompts, seeds = PROMPTS * 4, [s + i for i, s in enumerate(SEEDS * 4)]
+    reference = engine.generate(prompts, SAMPLING, seeds)
+    check(engine, policy, *probe_of(reference, prompts))  # the reference a restarted server is checked against
+    victim = engine.fleet.servers[1]
+    pgid, killed = kill_on_first_request(victim, monkeypatch)
     again = engine.generate(prompts, SAMPLING, seeds)
     monkeypatch.undo()
     assert killed.is_set()
@@ -357,16 +364,7 @@ def test_a_server_killed_mid_lora_rollout_comes_back_with_the_base_and_the_newes
     assert check(lora, adapted, *probe_of(reference, prompts)) < 1e-3
     victim = fleet.servers[0]  # restarts_left 1 (server 1 spent its restart in the test above)
     assert victim.process is not None and victim.process.process is not None and victim.restarts_left == 1
-    pgid = victim.process.process.pid
-    send, killed = victim.client.post, threading.Event()
-
-    def killed_on_first_request(path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None) -> Any:
-        if not killed.is_set():
-            killed.set()
-            os.killpg(pgid, signal.SIGKILL)
-        return send(path, body, timeout_s)
-
-    monkeypatch.setattr(victim.client, "post", killed_on_first_request)
+    pgid, killed = kill_on_first_request(victim, monkeypatch)
     again = lora.generate(prompts, SAMPLING, seeds)
     monkeypatch.undo()
     assert killed.is_set() and again.completion_ids == reference.completion_ids  # retried on server 1, same seeds
