@@ -5,12 +5,15 @@ logged at step 0); "after" is the last ``val/pass_at_k`` that the module logged 
 At the end of ``fit`` the two are logged as ``final/pass_at_k`` and ``final/start_pass_at_k``, drawn as
 ``figures/pass_at_k.png`` (pass@k against k on a log axis, :func:`~lit_fgrpo.reporting.pass_at_k_figure`; an
 MLflow artifact of the run, or a PNG in the log dir of another logger), and written as a small table to the log,
-followed by where the figure went. Rank 0 only.
+followed by where the figure went, and saved as ``<default_root_dir>/pass_at_k.json`` (``{"before": {...},
+"after": {...}, "step": N}``) for scripts such as ``lit-fgrpo compare``. Rank 0 only.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -39,10 +42,14 @@ class PassAtKReport(L.Callback):
 
     Args:
         artifact_file: the figure's name in the run.
+        results_file: the JSON file of both columns, relative to ``trainer.default_root_dir`` (None: not written).
     """
 
-    def __init__(self, artifact_file: str = "figures/pass_at_k.png") -> None:
+    def __init__(
+        self, artifact_file: str = "figures/pass_at_k.png", results_file: str | None = "pass_at_k.json"
+    ) -> None:
         self.artifact_file = artifact_file
+        self.results_file = results_file
         self.after: dict[str, float] = {}
         self.figure_location: str | None = None
         self._validated = False
@@ -86,6 +93,10 @@ class PassAtKReport(L.Callback):
                 before = callback.start_pass_at_k
         if not before or not self.after:
             return
+        if trainer.is_global_zero and self.results_file is not None:
+            path = Path(trainer.default_root_dir) / self.results_file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"before": before, "after": self.after, "step": trainer.global_step}, indent=2))
         if trainer.is_global_zero:
             figure = pass_at_k_figure(pass_at_k_from_metrics(before), pass_at_k_from_metrics(self.after))
             self.figure_location = log_figure(trainer.logger, figure, self.artifact_file)

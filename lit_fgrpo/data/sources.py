@@ -288,3 +288,31 @@ def read_maze_splits(
         ]
         for name, mazes in splits.items()
     }
+
+
+def read_arithmetic_splits(
+    settings: Any, num_train: int, num_val: int, num_test: int, seed: int
+) -> dict[str, list[SourceExample]]:
+    """Disjoint train/val/test arithmetic questions; ``answer`` is the integer result as text.
+
+    Args:
+        settings: A :class:`lit_fgrpo.tasks.arithmetic.ArithmeticSettings`.
+        num_train: Training questions.
+        num_val: Validation questions.
+        num_test: Test questions.
+        seed: Seed of the generator.
+    """
+    from lit_fgrpo.tasks.arithmetic import make_arithmetic_splits
+
+    splits = make_arithmetic_splits(settings, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed)
+    return {
+        name: [
+            SourceExample(
+                question=question.text(settings.instruction),
+                columns={"answer": str(question.answer), "expression": question.expression},
+                index=i,
+            )
+            for i, question in enumerate(questions)
+        ]
+        for name, questions in splits.items()
+    }

@@ -10,6 +10,7 @@ from typing import Any
 from lit_fgrpo.rewards.base import RewardFn
 
 BUILTIN_REWARDS = {
+    "last_number": "lit_fgrpo.rewards.last_number:last_number_reward",
     "math_answer": "lit_fgrpo.rewards.math_answer:math_answer_reward",
     "maze": "lit_fgrpo.rewards.maze_reward:maze_reward",
     "reasoning_gym": "lit_fgrpo.rewards.reasoning_gym_reward:reasoning_gym_reward",

@@ -73,6 +73,10 @@ class VLLMEngine(RolloutEngine):
             (:class:`~lit_fgrpo.rollout.cpu_split.CpuSplit`). What lets asynchronous rollouts overlap on a CPU
             box; ``None`` = wherever the OS schedules them. The list is the same on every rank: with several DDP
             ranks on one machine their engines would share these cores (one rank per machine, or leave it unset).
+        in_process: run the engine inside this process (``True``, as ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` does) or
+            in vLLM's engine-core and worker processes (``False``); ``None`` = the environment's choice. In-process
+            is what a synchronous run on a small CPU box wants: vLLM's CPU worker otherwise reserves one core for
+            its scheduler and binds its threads to the rest (one of 2 cores here), while the trainer waits.
         **llm_kwargs: anything else for ``vllm.LLM`` (e.g. ``enforce_eager``, ``compilation_config``).
     """
 
@@ -87,12 +91,18 @@ class VLLMEngine(RolloutEngine):
         enable_sleep_mode: bool = False,
         max_model_len: int | None = None,
         cpu_cores: Sequence[int] | None = None,
+        in_process: bool | None = None,
         **llm_kwargs: Any,
     ) -> None:
         from vllm import LLM
 
         cpu = _on_cpu()
         self.cpu_split: CpuSplit | None = None
+        if in_process is not None:
+            if in_process and cpu_cores is not None:
+                raise ConfigError("engine_kwargs.in_process and engine_kwargs.cpu_cores exclude each other")
+            # vLLM reads the variable when the LLM is built; the choice is this engine's, for the whole process.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         if cpu_cores is not None:
             if not cpu:
                 raise ConfigError("engine_kwargs.cpu_cores is for a CPU engine; on a GPU leave it unset")

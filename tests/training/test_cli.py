@@ -12,11 +12,14 @@ CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
 MATH_OVERLAYS = sorted(p for p in (CONFIG_DIR / "math").glob("*.yaml") if p.name != "base.yaml")
 MAZE_OVERLAYS = sorted((CONFIG_DIR / "maze").glob("*.yaml"))
+SMOLLM2_OVERLAYS = sorted(p for p in (CONFIG_DIR / "smollm2").glob("*.yaml") if p.name != "arith.yaml")
 # Every YAML under configs/ is parsed: standalone files alone, overlays after their base.
 STACKS = (
     [[c] for c in CONFIGS]
     + [[CONFIG_DIR / "math" / "base.yaml", o] for o in MATH_OVERLAYS]
     + [[CONFIG_DIR / "maze_cpu.yaml", o] for o in MAZE_OVERLAYS]
+    + [[CONFIG_DIR / "smollm2" / "arith.yaml"]]
+    + [[CONFIG_DIR / "smollm2" / "arith.yaml", o] for o in SMOLLM2_OVERLAYS]
 )
 
 
@@ -37,8 +40,9 @@ def test_every_config_parses(stack: list[Path], capsys: pytest.CaptureFixture[st
 
 def test_every_yaml_is_covered() -> None:
     covered = {p for stack in STACKS for p in stack}
-    # configs/experiments/ holds maze-sweep settings, parsed by tests/experiments/test_evidence_configs.py
-    sweeps = set((CONFIG_DIR / "experiments").glob("*.yaml"))
+    # configs/experiments/ holds maze-sweep settings, parsed by tests/experiments/test_evidence_configs.py, and
+    # configs/compare/ `lit-fgrpo compare` settings, parsed by tests/experiments/test_compare_runs.py
+    sweeps = set((CONFIG_DIR / "experiments").glob("*.yaml")) | set((CONFIG_DIR / "compare").glob("*.yaml"))
     assert set(CONFIG_DIR.rglob("*.yaml")) - sweeps == covered
 
 
