@@ -91,12 +91,13 @@ class PassAtKReport(L.Callback):
         for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning, undeclared
             if isinstance(callback, RolloutCallback):
                 before = callback.start_pass_at_k
-        if not before or not self.after:
-            return
-        if trainer.is_global_zero and self.results_file is not None:
+        if trainer.is_global_zero and self.results_file is not None and self.after:
+            # Also without a start-of-run validation (validate_at_start: false): "before" is then empty.
             path = Path(trainer.default_root_dir) / self.results_file
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({"before": before, "after": self.after, "step": trainer.global_step}, indent=2))
+        if not before or not self.after:
+            return
         if trainer.is_global_zero:
             figure = pass_at_k_figure(pass_at_k_from_metrics(before), pass_at_k_from_metrics(self.after))
             self.figure_location = log_figure(trainer.logger, figure, self.artifact_file)

@@ -142,6 +142,9 @@ def cli_main(
     :class:`FGRPOCLI` (e.g. one that only parses, for ``lit-fgrpo plan``)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # vLLM's engine logs hundreds of INFO lines per start (every argument, kernel and cache size): the run's own
+    # progress is what a user reads; VLLM_LOGGING_LEVEL=INFO brings them back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)

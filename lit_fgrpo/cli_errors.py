@@ -120,6 +120,10 @@ def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str,
     where = file_with_key(key, paths) if unknown else None
     if unknown and where:
         return f"{where}: {key} is not a setting ({message})", _grouped_hint(key)
+    linked = re.search(r"\(([\w., ]+)\) --> ([\w.]+):", message)
+    if linked:  # a setting that LightningCLI fills from others (link_arguments) was given itself
+        sources = " or ".join(f"--{name.strip()}" for name in linked.group(1).split(","))
+        return f"--{linked.group(2)} is set from {sources}; give that instead", None
     flat = re.search(r"unrecognized arguments: --model\.(\w+)\b", message)
     if flat:
         return message, _grouped_hint(f"model.{flat.group(1)}")

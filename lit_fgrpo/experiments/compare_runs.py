@@ -128,9 +128,10 @@ def run_all(settings: CompareSettings) -> None:
                 raise DataError(f"compare: seed {seed} arm {arm!r} failed (exit {process.returncode}); see {log}")
             done += 1
             result = json.loads((run_dir(settings, seed, arm) / RESULTS).read_text())
-            before, after = result["before"].get("pass_at_1", float("nan")), result["after"].get("pass_at_1")
+            before, after = result["before"].get("pass_at_1"), result["after"].get("pass_at_1")
+            change = f"{before:.3f} -> {after:.3f}" if before is not None else f"{after:.3f}"
             print(
-                f"compare: run {done}/{len(units)} seed {seed} {arm}: pass@1 {before:.3f} -> {after:.3f} "
+                f"compare: run {done}/{len(units)} seed {seed} {arm}: pass@1 {change} "
                 f"in {format_duration(time.perf_counter() - start)}",
                 flush=True,
             )
@@ -156,7 +157,8 @@ def analyse(settings: CompareSettings, rows: dict[str, dict[int, dict[str, float
         raise DataError(f"compare: no finished run under {settings.out_dir}")
     top = metrics[-1]
     summary = {arm: {m: asdict(paired([r[m] for r in per.values()])) for m in metrics} for arm, per in rows.items()}
-    start = {m: asdict(paired([r[f"start_{m}"] for per in rows.values() for r in per.values()])) for m in metrics}
+    start = {m: asdict(paired([r[f"start_{m}"] for per in rows.values() for r in per.values() if f"start_{m}" in r]))
+             for m in metrics}  # fmt: skip
     base = rows[settings.baseline]
     tests, verdicts = {}, {}
     for arm, per in rows.items():

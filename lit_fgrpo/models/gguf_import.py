@@ -164,14 +164,13 @@ def import_gguf(source: str, folder: str | Path, force: bool = False) -> ImportR
 
     path = resolve_gguf_source(source)
     out = Path(folder)
-    header = read_header(path)
     digest = file_digest(path)
     previous = _up_to_date(out, digest)
-    if previous is not None and not force:
+    if previous is not None and not force:  # before the heavy imports: setup.sh calls this on every run
         _say(f"{out} already holds {path.name} (sha256 {digest[:12]}), checked: max |dlogp| {previous['max_diff']:.2g}")
-        return ImportReport(
-            str(out), str(path), header["architecture"], previous["parameters"], previous["max_diff"], True
-        )
+        arch = str(previous["architecture"])
+        return ImportReport(str(out), str(path), arch, previous["parameters"], previous["max_diff"], True)
+    header = read_header(path)
     if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
         raise DataError(f"{out}: exists and holds files of another origin; choose an empty folder or pass --force")
     _say(f"reading {path} ({header['bytes'] / 1e6:.1f} MB, {header['architecture']}, {header['tensors']} tensors)")

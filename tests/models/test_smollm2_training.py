@@ -26,6 +26,11 @@ FOLDER = ROOT / "models" / "SmolLM2-135M-Instruct"
 SYNC_TOLERANCE = 1e-3
 
 
+def brevity_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float | None]:
+    """A small length penalty beside the 0/1 answer reward: groups never tie, so both steps really train."""
+    return [-0.01 * len(text) for text in completions]
+
+
 class PromptSpy:
     """Records the prompt token ids of every ``vllm.LLM.generate`` call and what vLLM says it received."""
 
@@ -53,6 +58,7 @@ def fit_two_steps(tmp: Path, lora: bool, monkeypatch: pytest.MonkeyPatch) -> tup
         max_steps=2, val_check_interval=2, enable_progress_bar=False, callbacks=[], default_root_dir=str(tmp)
     )
     cfg["rollout"].update(val_samples=1, sync_tolerance=SYNC_TOLERANCE, validate_at_start=False)
+    cfg["rollout"].update(reward_funcs=["last_number", f"{__name__}:brevity_reward"], correctness="last_number")
     cfg["rollout"]["sampling"].update(n=2, max_tokens=4)
     cfg["model"]["policy"].update(model=str(FOLDER), save_pretrained_dir=None)
     if not lora:
@@ -69,7 +75,8 @@ def fit_two_steps(tmp: Path, lora: bool, monkeypatch: pytest.MonkeyPatch) -> tup
     cli.trainer.logger = logger
     before = {k: v.detach().clone() for k, v in cli.model.policy.named_parameters() if v.requires_grad}
     cli.trainer.fit(cli.model, cli.datamodule)
-    moved = max(float((v - before[k]).abs().max()) for k, v in cli.model.policy.named_parameters() if k in before)
+    params = cli.model.policy.named_parameters()
+    moved = max(float((v.detach() - before[k]).abs().max()) for k, v in params if k in before)
     assert moved > 0
     return cli, logger, spy
 
@@ -84,9 +91,9 @@ def test_two_rl_steps_on_the_real_model(tmp_path: Path, monkeypatch: pytest.Monk
         turn = [{"role": "user", "content": f"What is {expression}? Reply with just the number."}]
         assert ids == list(tokenizer.apply_chat_template(turn, add_generation_prompt=True, return_dict=False))
     assert spy.sent and spy.sent == spy.received
-    assert set(map(tuple, spy.sent)) <= set(map(tuple, questions.values())) | {
-        tuple(r.prompt_ids) for r in cli.datamodule.splits["val"]
-    }
+    sent = set(map(tuple, spy.sent))  # the sampling calls, and the sync check's scoring of prompt + completion
+    for step in range(2):
+        assert all(tuple(r.prompt_ids) in sent for r in cli.datamodule.train_batch(step))
     # Every push was checked (a gap above the tolerance raises WeightSyncError and stops fit).
     deltas = logger.points("rollout/sync_logprob_delta")
     assert len(deltas) >= 2, deltas

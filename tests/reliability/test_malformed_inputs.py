@@ -71,6 +71,33 @@ FIT: list[Case] = [
     ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
     ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
     ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
+    (
+        "tokenizer_path_is_linked",
+        lambda d: ["--data.tokenizer_path", str(d)],
+        ["--data.tokenizer_path", "--model.policy.model"],
+    ),
+    (
+        "model_folder_without_tokenizer",
+        lambda d: [
+            "--model.policy.model",
+            str(d),
+            "--model.policy.model_config",
+            "null",
+            "--model.policy.tokenizer",
+            "null",
+        ],
+        ["no tokenizer in this folder"],
+    ),
+    (
+        "arithmetic_operator",
+        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.operators", '["/"]'],
+        ["--data.arithmetic.operators"],
+    ),
+    (
+        "arithmetic_too_few_questions",
+        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.num_train", "50"],
+        ["--data.num_train", "exceeds the 9"],
+    ),
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     ("unknown_nested_flag", lambda d: ["--model.objective.no_such", "1"], ["--model.objective.no_such"]),
     ("flat_flag_of_before_the_groups", lambda d: ["--model.gamma", "1"], ["--model.gamma"]),  # hint: the new flag
@@ -322,6 +349,33 @@ SUBCOMMANDS: list[Case] = [
 
 EVALUATE: list[Case] = [
     ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
+    (
+        "tokenizer_path_is_linked",
+        lambda d: ["--data.tokenizer_path", str(d)],
+        ["--data.tokenizer_path", "--model.policy.model"],
+    ),
+    (
+        "model_folder_without_tokenizer",
+        lambda d: [
+            "--model.policy.model",
+            str(d),
+            "--model.policy.model_config",
+            "null",
+            "--model.policy.tokenizer",
+            "null",
+        ],
+        ["no tokenizer in this folder"],
+    ),
+    (
+        "arithmetic_operator",
+        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.operators", '["/"]'],
+        ["--data.arithmetic.operators"],
+    ),
+    (
+        "arithmetic_too_few_questions",
+        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.num_train", "50"],
+        ["--data.num_train", "exceeds the 9"],
+    ),
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     (
         "config_unknown_key",
