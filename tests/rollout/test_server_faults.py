@@ -8,6 +8,8 @@ a real SIGKILL of the server's process group, sent as the victim's next request 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -37,6 +39,8 @@ from tests.test_vllm_engine import EOS, tiny_tokenizer
 pytestmark = pytest.mark.vllm
 
 TEST_TIMEOUT_S = 300
+CONTROL_TIMEOUT_S = 20.0
+"""How long the engine waits for a server's answer to a probe, a reload or a cache reset (a hung server's cost)."""
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +67,14 @@ def engine(policy: nn.Module, tmp_path_factory: pytest.TempPathFactory) -> Itera
     workdir = tmp_path_factory.mktemp("servers")
     start = time.monotonic()
     built = ServerEngine.from_model(
-        policy, tiny_tokenizer(), workdir, eos_token_id=EOS, launch=2, startup_timeout_s=240, restarts=2
+        policy,
+        tiny_tokenizer(),
+        workdir,
+        eos_token_id=EOS,
+        launch=2,
+        startup_timeout_s=240,
+        restarts=2,
+        control_timeout_s=CONTROL_TIMEOUT_S,
     )
     print(f"\n2 servers healthy in {time.monotonic() - start:.1f} s")
     built.sync_weights(policy)
@@ -102,7 +113,8 @@ def test_a_server_killed_during_the_push_check_is_restarted_and_checked_again(
     assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
     assert "is down (during the weight-sync check: " in capsys.readouterr().err
     seconds = wait_up(engine, victim)  # _bring_up: the current weights, then the same probe as the check
-    print(f"restarted server up and checked after {seconds:.1f} s")
+    with capsys.disabled():
+        print(f"restarted server up and checked after {seconds:.1f} s")
     assert engine.reference is not None and engine._restart_gaps and max(engine._restart_gaps) < 1e-3
     assert alone(engine, victim).generate(prompts, SAMPLING, seeds).completion_ids == reference.completion_ids
 
@@ -119,6 +131,33 @@ def test_a_server_killed_during_a_push_gets_the_pushed_weights(
     prompts, seeds = PROMPTS * 2, [s + i for i, s in enumerate(SEEDS * 2)]
     reference = engine.generate(prompts, SAMPLING, seeds)  # on server 1 only: the new weights
     assert check(engine, policy, *probe_of(reference, prompts)) < 1e-3
+    wait_up(engine, victim)
+    assert alone(engine, victim).generate(prompts, SAMPLING, seeds).completion_ids == reference.completion_ids
+
+
+def test_a_hung_server_during_the_push_check_is_taken_out_after_its_timeout_and_restarted(
+    engine: ServerEngine, policy: nn.Module, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SIGSTOP: the server neither answers nor dies. Before ``control_timeout_s`` the check waited for the completion
+    timeout (300 s by default) and then ended the run."""
+    prompts, seeds = PROMPTS * 2, [s + i for i, s in enumerate(SEEDS * 2)]
+    reference = engine.generate(prompts, SAMPLING, seeds)
+    victim = engine.fleet.servers[1]
+    assert victim.process is not None and victim.process.process is not None
+    pgid = victim.process.process.pid
+    os.killpg(pgid, signal.SIGSTOP)
+    start = time.monotonic()
+    try:
+        gap = check(engine, policy, *probe_of(reference, prompts))
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # gone once restarted; else let the group run to its end
+            os.killpg(pgid, signal.SIGCONT)
+    seconds = time.monotonic() - start
+    with capsys.disabled():
+        print(f"hung server taken out after {seconds:.1f} s")
+    assert gap < 1e-3 and seconds < CONTROL_TIMEOUT_S + 40  # its timeout, a 5 s health probe, the stop
+    assert victim.state == "starting" and not group_pids([pgid], settle_s=5.0)
+    assert "ReadTimeout" in capsys.readouterr().err
     wait_up(engine, victim)
     assert alone(engine, victim).generate(prompts, SAMPLING, seeds).completion_ids == reference.completion_ids
 
