@@ -7,8 +7,8 @@
 * :func:`load_checkpoint_checked` refuses an unreadable file (missing, 0 bytes, truncated, not a checkpoint) with
   its path and the reason.
 * :func:`resolve_resume` is what ``--ckpt_path FILE`` and ``--ckpt_path last`` both go through: ``last`` becomes the
-  newest *readable* checkpoint of the run's ``ModelCheckpoint`` folders (an unreadable newer one is named in a
-  warning and skipped), and the checkpoint's saved settings are compared with the config. **The config wins** for
+  newest *readable* checkpoint of the run's ``ModelCheckpoint`` folders (an unreadable newer one is skipped, and one
+  warning names it, why, and the file taken instead), and the checkpoint's saved settings are compared with the config. **The config wins** for
   every setting (a warning lists each difference with both values), except the model's shape (``model``,
   ``model_config``, ``lora``, ``tokenizer``): weights cannot be loaded into another shape, so that is refused.
 """
@@ -112,18 +112,39 @@ def checkpoint_dirs(trainer: Any) -> list[Path]:
 
 
 def newest_readable(folders: list[Path]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest ``*.ckpt`` under ``folders`` that loads; unreadable newer ones are logged and skipped."""
+    """The newest ``*.ckpt`` under ``folders`` that loads, or ``None``; see :func:`newest_readable_or_skipped`."""
+    found, _ = newest_readable_or_skipped(folders)
+    return found
+
+
+def newest_readable_or_skipped(
+    folders: list[Path],
+) -> tuple[tuple[Path, dict[str, Any]] | None, list[CheckpointError]]:
+    """The newest ``*.ckpt`` under ``folders`` that loads (or ``None``) and the errors of the newer ones it skipped.
+
+    When it skips any and finds one, one warning names each skipped file, why, and the file taken instead.
+    """
     candidates = sorted(
         (p for folder in folders if folder.is_dir() for p in folder.glob("*.ckpt") if p.is_file()),
         key=lambda p: p.stat().st_mtime,
         reverse=True,
     )
+    skipped: list[CheckpointError] = []
     for path in candidates:
         try:
-            return path, load_checkpoint_checked(path)
+            checkpoint = load_checkpoint_checked(path)
         except CheckpointError as err:
-            notice(log, "skipping an unreadable checkpoint: %s", err)
-    return None
+            skipped.append(err)
+            continue
+        if skipped:
+            notice(
+                log,
+                "--ckpt_path last: skipping the unreadable %s; resuming from %s instead",
+                " and ".join(str(err) for err in skipped),
+                path,
+            )
+        return (path, checkpoint), skipped
+    return None, skipped
 
 
 def _plain(value: Any) -> Any:
@@ -194,11 +215,12 @@ def resolve_resume(
         return ckpt_path
     if ckpt_path == "last":
         folders = checkpoint_dirs(trainer)
-        found = newest_readable(folders)
+        found, skipped = newest_readable_or_skipped(folders)
         if found is None:
-            if any(folder.is_dir() and any(folder.glob("*.ckpt")) for folder in folders):
+            if skipped:
                 names = ", ".join(str(f) for f in folders)
-                raise CheckpointError(f"--ckpt_path last: no readable checkpoint in {names}")
+                reasons = "; ".join(str(err) for err in skipped)
+                raise CheckpointError(f"--ckpt_path last: no readable checkpoint in {names} ({reasons})")
             if subcommand != "fit":
                 where = f"in {', '.join(str(f) for f in folders)}" if folders else "(no ModelCheckpoint folder)"
                 raise CheckpointError(

@@ -40,6 +40,11 @@ class CheckpointError(UserError):
     """A checkpoint is unreadable or does not match the run's configuration (names the path)."""
 
 
+class ServiceError(UserError):
+    """A service the run depends on failed beyond recovery, e.g. every generation server is gone (names the server,
+    what was being done and its log file). Not a bug in the library: reported as one line, exit status 2."""
+
+
 class NonFiniteError(UserError):
     """Training stopped after too many consecutive non-finite losses or gradients (names the step and quantity)."""
 
@@ -52,4 +57,12 @@ def check_finite(name: str, value: float) -> float:
     return number
 
 
-__all__ = ["CheckpointError", "ConfigError", "DataError", "NonFiniteError", "UserError", "check_finite"]
+__all__ = [
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "NonFiniteError",
+    "ServiceError",
+    "UserError",
+    "check_finite",
+]

@@ -96,6 +96,27 @@ def test_length_mismatch_is_a_caller_error() -> None:
         score_completions(["p", "q"], ["a", "b"], {"answer": ["x"]}, [half])
 
 
+def drops_last(prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float | None]:
+    """A buggy reward: one value too few for a batch of two or more (right for a single row)."""
+    values: list[float | None] = [float(len(c)) for c in completions]
+    return values[:-1] if len(values) > 1 else values
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_wrong_number_of_values_is_warned_counted_and_scored_row_by_row(
+    isolation: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        result = score_completions(["p"] * 3, ["a", "bb", "ccc"], {}, [drops_last], reward_isolation=isolation)  # type: ignore[arg-type]
+    assert result.per_function["drops_last"].tolist() == [1.0, 2.0, 3.0]  # each row scored alone
+    assert result.num_wrong_length == {"drops_last": 1} and result.num_failed == {"drops_last": 0}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "reward 'drops_last' returned 2 values for 3 completions (it must return one value per completion): "
+        "scoring this batch row by row"
+    ]
+
+
 def test_threshold_correctness_with_countdown_like_scores() -> None:
     def countdown_like(prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float | None]:
         return [1.0 if c == "right" else 0.01 for c in completions]

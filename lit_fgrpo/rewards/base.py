@@ -8,6 +8,9 @@ Unscorable rows: a function that raises, returns ``None``, NaN or +-inf, times o
 its worker process (``reward_isolation="process"``) makes that row ``None`` for that function; the rows are counted in
 :attr:`RewardResult.num_failed` and logged, and an all-``None`` row gets advantage 0 downstream. A non-finite reward
 never reaches the advantages.
+
+A function that returns a list of the wrong length for its batch is scored row by row instead, with one warning per
+batch naming it and the two lengths, counted in :attr:`RewardResult.num_wrong_length` (``rollout/reward_wrong_length``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ class RewardResult:
     """Reward-function name -> rows it returned NaN or +-inf for (also counted in ``num_failed``)."""
     num_timed_out: dict[str, int] = field(default_factory=dict)
     """Reward-function name -> rows whose call timed out or crashed its worker (also counted in ``num_failed``)."""
+    num_wrong_length: dict[str, int] = field(default_factory=dict)
+    """Reward-function name -> 1 if its batch call returned the wrong number of values (then scored row by row)."""
+
+
+class RewardLengthError(ValueError):
+    """A reward function returned a list whose length is not its batch's number of completions."""
 
 
 def reward_name(fn: Any) -> str:
@@ -70,10 +79,7 @@ def _as_score(value: Any) -> Any:
 
 
 def _call_checked(fn: RewardFn, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]) -> list[Any]:
-    values = list(fn(prompts, completions, **columns))
-    if len(values) != len(completions):
-        raise ValueError(f"returned {len(values)} values for {len(completions)} completions")
-    return [_as_score(v) for v in values]
+    return [_as_score(v) for v in fn(prompts, completions, **columns)]
 
 
 def _call_guarded(
@@ -85,6 +91,8 @@ def _call_guarded(
     isolation: Isolation,
 ) -> list[Any]:
     scores = call_with_timeout(lambda: _call_checked(fn, prompts, completions, columns), timeout, isolation)
+    if len(scores) != len(completions):  # checked here, not in a worker process, to keep the error's type
+        raise RewardLengthError(f"returned {len(scores)} values for {len(completions)} completions")
     # A worker process cannot send the sentinel object back as itself: it arrives as a copy.
     return [_NONFINITE if s is not None and not isinstance(s, float) else s for s in scores]
 
@@ -109,7 +117,8 @@ def run_reward(
         timeout: Seconds each call may take (the batch call, then each row's); ``None`` = no limit.
         isolation: ``"thread"`` or ``"process"`` (see :mod:`lit_fgrpo.rewards.guarded_call`); ``"process"`` forks a
             worker with or without a timeout, so a function that kills its process only costs its rows.
-        counts: If given, receives ``"nonfinite"`` and ``"timed_out"`` row counts.
+        counts: If given, receives ``"nonfinite"`` and ``"timed_out"`` row counts and ``"wrong_length"`` (1 if the
+            batch call returned the wrong number of values).
         group_size: Completions per prompt (rows ``p * G`` to ``p * G + G - 1`` belong to prompt ``p``); when given,
             the warning names the prompt indices of the failing rows too.
 
@@ -118,11 +127,20 @@ def run_reward(
         Failures are logged as warnings, never raised.
     """
     name = reward_name(fn)
-    num_timed_out = 0
+    num_timed_out = wrong_length = 0
     try:
         scores = _call_guarded(fn, prompts, completions, columns, timeout, isolation)
     except Exception as batch_error:  # a reward function must never crash training
-        log.info("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
+        if isinstance(batch_error, RewardLengthError):
+            wrong_length = 1
+            notice(
+                log,
+                "reward %r %s (it must return one value per completion): scoring this batch row by row",
+                name,
+                batch_error,
+            )
+        else:
+            log.info("reward %r failed on a batch of %d (%r); retrying per completion", name, len(prompts), batch_error)
         scores = []
         last_error: Exception | None = None
         failed_rows: list[int] = []
@@ -158,7 +176,7 @@ def run_reward(
         )
     clean: list[float | None] = [None if s is _NONFINITE else s for s in scores]
     if counts is not None:
-        counts["nonfinite"], counts["timed_out"] = num_nonfinite, num_timed_out
+        counts["nonfinite"], counts["timed_out"], counts["wrong_length"] = num_nonfinite, num_timed_out, wrong_length
     return clean, sum(score is None for score in clean)
 
 
@@ -223,6 +241,7 @@ def score_completions(
     num_failed: dict[str, int] = {}
     num_nonfinite: dict[str, int] = {}
     num_timed_out: dict[str, int] = {}
+    num_wrong_length: dict[str, int] = {}
     guard = {"timeout": reward_timeout, "isolation": reward_isolation, "group_size": group_size}
     correctness_values: Tensor | None = None
     for fn in reward_funcs:
@@ -233,6 +252,7 @@ def score_completions(
         scores, failed = run_reward(fn, prompt_list, completion_list, column_lists, **guard, counts=counts)  # type: ignore[arg-type]
         per_function[name], num_failed[name] = _to_tensor(scores), failed
         num_nonfinite[name], num_timed_out[name] = counts["nonfinite"], counts["timed_out"]
+        num_wrong_length[name] = counts["wrong_length"]
         if fn is correctness_fn and correctness_values is None:
             correctness_values = per_function[name]
 
@@ -249,4 +269,6 @@ def score_completions(
             correctness_values = _to_tensor(verdicts)
     unjudged = torch.isnan(correctness_values)
     correct = (correctness_values >= correct_threshold) & ~unjudged
-    return RewardResult(rewards, correct, per_function, num_failed, int(unjudged.sum()), num_nonfinite, num_timed_out)
+    return RewardResult(
+        rewards, correct, per_function, num_failed, int(unjudged.sum()), num_nonfinite, num_timed_out, num_wrong_length
+    )

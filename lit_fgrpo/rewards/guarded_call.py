@@ -12,7 +12,9 @@ segfault in a C extension, ``os._exit``) must not stall or end a training run. :
 Either way a timeout raises :class:`RewardTimeout` and a crashed worker raises :class:`RewardCrash`; the scoring
 code turns both into unscorable rows (``None``), counted and shown (one line naming the function and the rows).
 ``isolation="process"`` forks a worker with or without a timeout (without one it waits as long as the call takes):
-a crash is contained either way.
+a crash is contained either way. Under ``isolation="thread"`` a function that ends its process by ``sys.exit`` (a
+``SystemExit``) raises :class:`RewardCrash` instead of ending the run; one that calls ``os._exit`` or sends itself
+SIGKILL takes the trainer with it, as no thread can outlive its process: such functions need ``"process"``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ class RewardTimeout(RuntimeError):
 
 class RewardCrash(RuntimeError):
     """A reward call's worker process died without returning (segfault, ``os._exit``, killed)."""
+
+
+def _no_exit(fn: Callable[[], Any]) -> Any:
+    """``fn()``, with a ``SystemExit`` it raises (``sys.exit`` in a reward) turned into :class:`RewardCrash`."""
+    try:
+        return fn()
+    except SystemExit as err:
+        raise RewardCrash(f"the function called sys.exit({err.code!r}) (the run goes on)") from None
 
 
 def _in_thread(fn: Callable[[], Any], timeout: float) -> Any:
@@ -116,7 +126,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float | None, isolation: I
     if timeout is not None and not timeout > 0:
         raise ValueError(f"reward timeout must be > 0 seconds, got {timeout}")
     if isolation == "thread":
-        return fn() if timeout is None else _in_thread(fn, timeout)
+        return _no_exit(fn) if timeout is None else _in_thread(lambda: _no_exit(fn), timeout)
     if isolation == "process":
         return _in_process(fn, timeout)
     raise ValueError(f"reward isolation must be 'thread' or 'process', got {isolation!r}")

@@ -152,6 +152,7 @@ class RolloutCollector:
         }
         stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
         stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))
+        stats["reward_wrong_length"] = float(sum(scored.num_wrong_length.values()))
         for name, count in scored.num_failed.items():
             stats[f"failed_{name}"] = float(count)
         for name, values in scored.per_function.items():

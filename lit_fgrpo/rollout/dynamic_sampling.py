@@ -176,7 +176,7 @@ def select_groups(batch: RolloutBatch, groups: Tensor | Sequence[int]) -> Rollou
     )
 
 
-_COUNTS = ("reward_nonfinite", "reward_timeouts", "generated_tokens")
+_COUNTS = ("reward_nonfinite", "reward_timeouts", "reward_wrong_length", "generated_tokens")
 
 
 def _merge_stats(batches: Sequence[RolloutBatch]) -> dict[str, float]:

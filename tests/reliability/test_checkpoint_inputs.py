@@ -71,7 +71,11 @@ def test_last_falls_back_to_the_newest_readable(tmp_path: Path, caplog: pytest.L
     os.utime(good, (1, 1))  # the 0-byte last.ckpt is newer
     with caplog.at_level(logging.WARNING):
         assert resolve_resume("last", trainer_for(tmp_path)) == str(good)
-    assert f"skipping an unreadable checkpoint: {bad}: checkpoint is empty" in caplog.text
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"--ckpt_path last: skipping the unreadable {bad}: checkpoint is empty (0 bytes; an interrupted write?); "
+        f"resuming from {good} instead"
+    ]
 
 
 def test_fallback_is_on_the_terminal_when_logging_is_silenced(
@@ -86,7 +90,8 @@ def test_fallback_is_on_the_terminal_when_logging_is_silenced(
     assert resolve_resume("last", trainer_for(tmp_path)) == str(good)
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        f"warning: skipping an unreadable checkpoint: {bad}: checkpoint is empty (0 bytes; an interrupted write?)"
+        f"warning: --ckpt_path last: skipping the unreadable {bad}: checkpoint is empty (0 bytes; an interrupted "
+        f"write?); resuming from {good} instead"
     ]
 
 
@@ -94,7 +99,10 @@ def test_last_with_only_unreadable_checkpoints(tmp_path: Path) -> None:
     (tmp_path / "last.ckpt").touch()
     with pytest.raises(CheckpointError) as info:
         resolve_resume("last", trainer_for(tmp_path))
-    assert str(info.value) == f"--ckpt_path last: no readable checkpoint in {tmp_path}"
+    assert str(info.value) == (
+        f"--ckpt_path last: no readable checkpoint in {tmp_path} "
+        f"({tmp_path / 'last.ckpt'}: checkpoint is empty (0 bytes; an interrupted write?))"
+    )
 
 
 def test_last_without_checkpoints_starts_fresh(tmp_path: Path) -> None:

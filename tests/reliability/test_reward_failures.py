@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -78,7 +79,7 @@ def crash_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[
 def test_process_isolation_survives_a_crashing_reward() -> None:
     counts: dict[str, int] = {}
     scores, failed = run_reward(crash_on_boom, ["p"] * 3, ["a", "boom", "b"], {}, 5.0, "process", counts)
-    assert scores == [0.5, None, 0.5] and failed == 1 and counts == {"nonfinite": 0, "timed_out": 1}
+    assert scores == [0.5, None, 0.5] and failed == 1 and counts == {"nonfinite": 0, "timed_out": 1, "wrong_length": 0}
 
 
 def alarm_based(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
@@ -141,3 +142,25 @@ def test_process_isolation_without_timeout_names_function_and_prompt(
     assert lines[0].startswith(f"warning: reward {fn.__name__!r} failed on 1 of 4 completions, rows 3 of prompts 1 (")
     death = "killed by SIGKILL" if fn is kill_on_boom else "died with exit code 11"
     assert death in lines[0]
+
+
+def exit_on_boom(prompts: list[str], completions: list[str], **_: Any) -> list[float | None]:
+    if "boom" in completions:
+        sys.exit(3)  # the function ends its process the Python way: under thread isolation it ended the run, exit 3
+    return [0.5] * len(completions)
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0], ids=["no_timeout", "timeout"])
+def test_thread_isolation_contains_a_reward_calling_sys_exit(
+    timeout: float | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32: sys.exit in a reward under thread isolation ended the whole run without a word; now its row only."""
+    result = score_completions(
+        ["p"] * 4, ["a", "b", "c", "boom"], {}, [exit_on_boom], reward_timeout=timeout, group_size=2
+    )
+    assert math.isnan(result.rewards[3]) and result.rewards[:3].tolist() == [0.5, 0.5, 0.5]
+    assert result.num_failed == {"exit_on_boom": 1} and result.num_timed_out == {"exit_on_boom": 1}
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("warning: reward 'exit_on_boom' failed on 1 of 4 completions, rows 3 of prompts 1 (")
+    assert "the function called sys.exit(3)" in lines[0]

@@ -28,11 +28,14 @@ class ServerClient:
         url: base URL, ``http://host:port``.
         timeout_s: read timeout of a completion request.
         max_connections: concurrent connections kept (at least the dispatcher's in-flight requests).
+        control_timeout_s: read timeout of every other call (reloads, probes, adapters, cache resets); a server that
+            does not answer in time raises :class:`ServerRequestError` like a dead one.
     """
 
-    def __init__(self, url: str, timeout_s: float, max_connections: int = 16) -> None:
+    def __init__(self, url: str, timeout_s: float, max_connections: int = 16, control_timeout_s: float = 120.0) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.control_timeout_s = control_timeout_s
         self._http = httpx.Client(
             base_url=self.url,
             timeout=httpx.Timeout(timeout_s, connect=10.0),
@@ -74,9 +77,11 @@ class ServerClient:
         except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
             raise ServerRequestError(f"{self.url}/v1/models: no model listed ({exc})") from exc
 
-    def collective_rpc(self, method: str, *args: str) -> list[Any]:
-        """Call ``method`` of every worker (dev mode); the workers' results."""
-        answer = self.post("/collective_rpc", {"method": method, "args": list(args)})
+    def collective_rpc(self, method: str, *args: str, timeout_s: float | None = None) -> list[Any]:
+        """Call ``method`` of every worker (dev mode); the workers' results (``timeout_s``: default the control
+        timeout)."""
+        body = {"method": method, "args": list(args)}
+        answer = self.post("/collective_rpc", body, timeout_s or self.control_timeout_s)
         return list((answer or {}).get("results") or [])
 
     def reset_prefix_cache(self, attempts: int = 20) -> None:
@@ -86,7 +91,7 @@ class ServerClient:
             ServerRequestError: still refused after ``attempts`` tries.
         """
         for _ in range(attempts):
-            if (self.post("/reset_prefix_cache") or {}).get("success", True):
+            if (self.post("/reset_prefix_cache", None, self.control_timeout_s) or {}).get("success", True):
                 return
             time.sleep(0.1)
         raise ServerRequestError(f"{self.url}/reset_prefix_cache: refused {attempts} times (requests still running?)")
@@ -94,11 +99,12 @@ class ServerClient:
     def load_adapter(self, name: str, path: str) -> None:
         """Load the PEFT adapter in directory ``path`` under ``name`` (``/v1/load_lora_adapter``), again from the files
         when ``name`` is loaded already (``load_inplace``: a base reload or a retry may repeat a load)."""
-        self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path, "load_inplace": True})
+        body = {"lora_name": name, "lora_path": path, "load_inplace": True}
+        self.post("/v1/load_lora_adapter", body, self.control_timeout_s)
 
     def unload_adapter(self, name: str) -> None:
         """Forget the adapter ``name`` (``/v1/unload_lora_adapter``); new requests can no longer name it."""
-        self.post("/v1/unload_lora_adapter", {"lora_name": name})
+        self.post("/v1/unload_lora_adapter", {"lora_name": name}, self.control_timeout_s)
 
     def close(self) -> None:
         """Close the connections."""

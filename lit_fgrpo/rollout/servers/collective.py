@@ -149,7 +149,7 @@ class PushGroups:
         dial = self.push_host or listen
         own_host = urlsplit(client.url).hostname or listen
         args = (dial, str(store.port), self.backend, repr(self.timeout_s), own_host)
-        remote = _Call(lambda: client.collective_rpc("init_push_group", *args))
+        remote = _Call(lambda: client.collective_rpc("init_push_group", *args, timeout_s=client.timeout_s))
         local = _Call(lambda: open_group(store, 0, self.backend, self.timeout_s, listen, self.device))
         error = _wait(lambda: remote.done and local.done, [remote, local], time.monotonic() + self.timeout_s + 1)
         if error is not None:
@@ -172,7 +172,9 @@ class PushGroups:
         buckets, flats = self._staged
         group = self._groups[client.url][0] if client.url in self._groups else self.form(client)
         deadline = time.monotonic() + self.timeout_s
-        remote = _Call(lambda: client.collective_rpc("receive_weights", layout_json(buckets)))
+        remote = _Call(
+            lambda: client.collective_rpc("receive_weights", layout_json(buckets), timeout_s=client.timeout_s)
+        )
         error: BaseException | None = None
         for flat in flats:
             work = start_broadcast(group, flat)  # (bucket.numel,)

