@@ -3,7 +3,8 @@ check loop runs once undisturbed and once while a seeded plan SIGKILLs or SIGSTO
 (sampling, the push, the push's check). Both runs must sample the same tokens at every step and end with equal
 weights. ``LIT_FGRPO_CHAOS_SEED`` replays a plan; the test prints every fault it injected and where.
 
-Marked ``slow`` (about 10 minutes on 2 busy cores: two server starts and a restart per fault).
+Marked ``slow`` and ``chaos`` (about 6-10 minutes on 2 busy cores: two server starts and a restart per fault), so it
+runs beside CI, not in it: ``LIT_FGRPO_CHAOS=1 .venv/bin/python -m pytest tests/rollout/test_server_chaos.py -s``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from lit_fgrpo.rollout.servers.fleet import Server
 from tests.rollout.test_vllm_server import PROMPTS, SAMPLING, check, probe_of, tiny_policy
 from tests.test_vllm_engine import EOS, tiny_tokenizer
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.chaos]
 
 SEED = int(os.environ.get("LIT_FGRPO_CHAOS_SEED", "30"))
 STEPS = 4
