@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +135,18 @@ def chat_logprobs(model: Any, tokenizer: Any, prompts: tuple[str, ...] = CHECK_P
     return out
 
 
+@contextmanager
+def quiet_bars() -> Iterator[None]:
+    """No progress bars when stderr is a log or a pipe: transformers draws its dequantizing bar with a plain tqdm
+    (no switch), whose carriage-return frames are noise there; the phases are printed as lines instead. On a
+    terminal the bar stays. Errors still raise; only what the load writes to stderr is dropped."""
+    if sys.stderr.isatty():
+        yield
+        return
+    with redirect_stderr(io.StringIO()):
+        yield
+
+
 def _say(message: str) -> None:
     print(f"import-gguf: {message}", file=sys.stderr, flush=True)
 
@@ -160,7 +175,6 @@ def import_gguf(source: str, folder: str | Path, force: bool = False) -> ImportR
             log-prob check (the folder is then not written).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
     path = resolve_gguf_source(source)
     out = Path(folder)
@@ -175,9 +189,9 @@ def import_gguf(source: str, folder: str | Path, force: bool = False) -> ImportR
         raise DataError(f"{out}: exists and holds files of another origin; choose an empty folder or pass --force")
     _say(f"reading {path} ({header['bytes'] / 1e6:.1f} MB, {header['architecture']}, {header['tensors']} tensors)")
     start = time.perf_counter()
-    hf_logging.disable_progress_bar()  # its carriage-return frames are noise in a log; the phases are printed
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    with quiet_bars():
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        gguf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     _say(f"dequantized to float32 in {time.perf_counter() - start:.1f} s")
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
@@ -192,11 +206,13 @@ def import_gguf(source: str, folder: str | Path, force: bool = False) -> ImportR
     staging = out.with_name(out.name + ".importing")
     shutil.rmtree(staging, ignore_errors=True)
     start = time.perf_counter()
-    plain.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
+    with quiet_bars():
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     size = sum(f.stat().st_size for f in staging.iterdir())
     _say(f"wrote {size / 1e6:.0f} MB to {staging} in {time.perf_counter() - start:.1f} s; checking log-probs")
-    diff = check_folder(staging, gguf_model, tokenizer)
+    with quiet_bars():
+        diff = check_folder(staging, gguf_model, tokenizer)
     if not math.isfinite(diff) or diff > CHECK_TOLERANCE:
         shutil.rmtree(staging, ignore_errors=True)
         raise DataError(f"{path}: the saved folder's log-probs differ from the GGUF load by {diff:.3g}")

@@ -53,24 +53,7 @@ def csv_lines(count: int | None = None, drop_column: str | None = None) -> str:
 
 # Each case: (id, a function of the temporary folder giving the argv, strings the error line must contain).
 Case = tuple[str, Callable[[Path], list[str]], list[str]]
-FIT: list[Case] = [
-    ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
-    ("gamma_negative", lambda d: ["--model.objective.gamma", "-1"], ["--model.objective.gamma", "-1"]),
-    ("lr_zero", lambda d: ["--model.optimizer.lr", "0"], ["--model.optimizer.lr"]),
-    ("loss_type", lambda d: ["--model.objective.loss_type", "ppo"], ["--model.objective.loss_type", "ppo", "'grpo'"]),
-    ("val_k_text", lambda d: ["--model.val_pass_at_k", "x"], ["--model.val_pass_at_k"]),
-    ("val_k_zero", lambda d: ["--model.val_pass_at_k", "[0]"], ["--model.val_pass_at_k"]),
-    ("group_weight_kind", lambda d: ["--model.objective.group_weight", '{"kind": "no_such_weight"}'], ["group_weight"]),
-    (
-        "band_reversed",
-        lambda d: ["--model.objective.group_weight", '{"kind": "band", "low": 0.9, "high": 0.1}'],
-        ["low=0.9"],
-    ),
-    ("max_steps_text", lambda d: ["--trainer.max_steps", "x"], ["--trainer.max_steps"]),
-    ("precision", lambda d: ["--trainer.precision", "bf17"], ["--trainer.precision", "bf17"]),
-    ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
-    ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
-    ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
+MODEL_AND_TASK_CASES: list[Case] = [
     (
         "tokenizer_path_is_linked",
         lambda d: ["--data.tokenizer_path", str(d)],
@@ -98,6 +81,28 @@ FIT: list[Case] = [
         lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.num_train", "50"],
         ["--data.num_train", "exceeds the 9"],
     ),
+]
+"""Where the policy's tokenizer comes from and the arithmetic task's settings: the same for fit, validate and test."""
+
+FIT: list[Case] = [
+    ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
+    ("gamma_negative", lambda d: ["--model.objective.gamma", "-1"], ["--model.objective.gamma", "-1"]),
+    ("lr_zero", lambda d: ["--model.optimizer.lr", "0"], ["--model.optimizer.lr"]),
+    ("loss_type", lambda d: ["--model.objective.loss_type", "ppo"], ["--model.objective.loss_type", "ppo", "'grpo'"]),
+    ("val_k_text", lambda d: ["--model.val_pass_at_k", "x"], ["--model.val_pass_at_k"]),
+    ("val_k_zero", lambda d: ["--model.val_pass_at_k", "[0]"], ["--model.val_pass_at_k"]),
+    ("group_weight_kind", lambda d: ["--model.objective.group_weight", '{"kind": "no_such_weight"}'], ["group_weight"]),
+    (
+        "band_reversed",
+        lambda d: ["--model.objective.group_weight", '{"kind": "band", "low": 0.9, "high": 0.1}'],
+        ["low=0.9"],
+    ),
+    ("max_steps_text", lambda d: ["--trainer.max_steps", "x"], ["--trainer.max_steps"]),
+    ("precision", lambda d: ["--trainer.precision", "bf17"], ["--trainer.precision", "bf17"]),
+    ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
+    ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
+    ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
+    *MODEL_AND_TASK_CASES,
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     ("unknown_nested_flag", lambda d: ["--model.objective.no_such", "1"], ["--model.objective.no_such"]),
     ("flat_flag_of_before_the_groups", lambda d: ["--model.gamma", "1"], ["--model.gamma"]),  # hint: the new flag
@@ -349,33 +354,7 @@ SUBCOMMANDS: list[Case] = [
 
 EVALUATE: list[Case] = [
     ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
-    (
-        "tokenizer_path_is_linked",
-        lambda d: ["--data.tokenizer_path", str(d)],
-        ["--data.tokenizer_path", "--model.policy.model"],
-    ),
-    (
-        "model_folder_without_tokenizer",
-        lambda d: [
-            "--model.policy.model",
-            str(d),
-            "--model.policy.model_config",
-            "null",
-            "--model.policy.tokenizer",
-            "null",
-        ],
-        ["no tokenizer in this folder"],
-    ),
-    (
-        "arithmetic_operator",
-        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.operators", '["/"]'],
-        ["--data.arithmetic.operators"],
-    ),
-    (
-        "arithmetic_too_few_questions",
-        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.num_train", "50"],
-        ["--data.num_train", "exceeds the 9"],
-    ),
+    *MODEL_AND_TASK_CASES,
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     (
         "config_unknown_key",
