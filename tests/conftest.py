@@ -77,7 +77,9 @@ CHAOS_ENV = "LIT_FGRPO_CHAOS"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("chaos") is not None and os.environ.get(CHAOS_ENV) != "1":
-            item.add_marker(pytest.mark.skip(reason=f"chaos test: run with {CHAOS_ENV}=1 (beside CI: minutes of restarts)"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"chaos test: run with {CHAOS_ENV}=1 (beside CI: minutes of restarts)")
+            )
         path = item.path.relative_to(config.rootpath).as_posix()
         if path in NUMERICS_MODULES:
             item.add_marker(pytest.mark.numerics)
