@@ -84,8 +84,8 @@ class StepClock(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         self.starts.append(time.perf_counter())
         if len(self.starts) == 2:  # the cores every thread is allowed on, read once the run is going
-            from lit_fgrpo.rollout.cpu_split import thread_affinities
-            from lit_fgrpo.rollout.vllm_engine import VLLMEngine
+            from lit_fgrpo.engines.cpu_split import thread_affinities
+            from lit_fgrpo.engines.vllm_engine import VLLMEngine
 
             engine = self.rollout.engine
             split = engine.cpu_split if isinstance(engine, VLLMEngine) else None
@@ -110,9 +110,9 @@ def contender(
 
     from lit_fgrpo.callbacks import RolloutCallback
     from lit_fgrpo.data import PromptDataModule
-    from lit_fgrpo.module import FGRPOModule
-    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
-    from lit_fgrpo.rollout.base import SamplingConfig
+    from lit_fgrpo.engines.base import SamplingConfig
+    from lit_fgrpo.training.module import FGRPOModule
+    from lit_fgrpo.training.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
 
     size = SIZES[size_name]
     heads = size["heads"]

@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.scoring import policy_logprobs
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.fleet import Fleet
-from lit_fgrpo.rollout.servers.settings import ServerSettings
+from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.fleet import Fleet
+from lit_fgrpo.servers.server_settings import ServerSettings
 from tests.test_vllm_engine import BOS, EOS, PAD, VOCAB, tiny_model, tiny_tokenizer
 
 

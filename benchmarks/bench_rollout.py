@@ -76,7 +76,7 @@ def build(case: Case) -> Any:
 
 
 def start_vllm(model: Any, case: Case) -> Any:
-    from lit_fgrpo.rollout.vllm_engine import VLLMEngine
+    from lit_fgrpo.engines.vllm_engine import VLLMEngine
 
     return VLLMEngine.from_model(
         model,
@@ -91,8 +91,8 @@ def rollout_worker(engine_kind: str, case: Case) -> dict[str, Any]:
     """Start one engine, warm it up, time one ``generate`` (and, for vLLM, a weight sync and its check)."""
     import torch
 
-    from lit_fgrpo.rollout.base import SamplingConfig
-    from lit_fgrpo.rollout.hf import HFEngine
+    from lit_fgrpo.engines.base import SamplingConfig
+    from lit_fgrpo.engines.hf import HFEngine
 
     model = build(case)
     g = torch.Generator().manual_seed(0)
@@ -126,7 +126,7 @@ def presence_worker(case: Case, steps: int) -> dict[str, Any]:
     """Training-step time and torch threads before and after an in-process vLLM engine starts beside the model."""
     import torch
 
-    from lit_fgrpo.logprobs import completion_logprobs
+    from lit_fgrpo.models.logprobs import completion_logprobs
 
     model = build(case).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)

@@ -118,9 +118,9 @@ def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
     from lit_fgrpo.callbacks import RolloutCallback
     from lit_fgrpo.data.datamodule import keep_batch
     from lit_fgrpo.data.records import PromptRecord
-    from lit_fgrpo.module import FGRPOModule
-    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
-    from lit_fgrpo.rollout.base import SamplingConfig
+    from lit_fgrpo.engines.base import SamplingConfig
+    from lit_fgrpo.training.module import FGRPOModule
+    from lit_fgrpo.training.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
 
     module = FGRPOModule(
         policy=PolicySettings(model=str(root), tokenizer=str(root / "tokenizer")),

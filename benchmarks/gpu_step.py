@@ -32,13 +32,13 @@ from lightning.pytorch.loggers import Logger
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.logprobs import completion_logprobs
-from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
-from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.tasks.maze import MAZE_VOCAB
 from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
+from lit_fgrpo.training.module import FGRPOModule
+from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 
 QWEN2_05B = {  # Qwen2.5-0.5B's shape with a 32k vocabulary: 28 layers x 17.2M + 33.6M embedding = 0.52B parameters
     "model_type": "qwen2",

@@ -2,12 +2,12 @@
 
 Lightning's ``TQDMProgressBar`` counts batches of an epoch; an RL run streams prompts for ``max_steps`` optimizer
 steps in one endless epoch, so it read ``Epoch 0/-2`` with no total. This one shows ``RL: 120/200 [reward=0.41,
-pass@1=0.23]`` on a terminal and, elsewhere (CI logs), a status line every 10 % or 30 s (:mod:`lit_fgrpo.progress`):
+pass@1=0.23]`` on a terminal and, elsewhere (CI logs), a status line every 10 % or 30 s (:mod:`lit_fgrpo.reporting.progress`):
 ``RL: step 120/200 (60%), reward 0.41, pass@1 0.23, 04:01 elapsed, ~02:41 left``.
 
 Each validation (the held-out pass@k sampled in Lightning's validation loop) shows Lightning's validation bar on a
 terminal and, elsewhere, status lines of its own: ``pass@k at step 200: batch 4/4 (100%), 01:02 elapsed``. The
-pass@k before RL is sampled outside the loop and reports through :func:`lit_fgrpo.progress.progress`.
+pass@k before RL is sampled outside the loop and reports through :func:`lit_fgrpo.reporting.progress.progress`.
 
 The CLI installs it unless the config has a progress bar of its own or ``trainer.enable_progress_bar: false``
 (:func:`default_progress_bar`).
@@ -25,7 +25,7 @@ from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import _update_n
 from typing_extensions import override
 
-from lit_fgrpo.progress import Mode, ProgressReporter, resolve_mode
+from lit_fgrpo.reporting.progress import Mode, ProgressReporter, resolve_mode
 
 # Progress-bar metric names as the module logs them -> the short label shown.
 LABELS = {"reward": "reward", "val/pass_at_1": "pass@1"}

@@ -3,7 +3,7 @@
 Each hook turns the trainer's state into one call on the source, which owns the engine, its weight pushes, the
 collector and the mode's schedule (synchronous, dynamic sampling, asynchronous). The rollout is attached to the
 :class:`~lit_fgrpo.rollout.batch.PromptBatch` that ``training_step`` receives (``batch.rollout``); the module is
-read through :class:`RolloutConsumer` only. Settings: :class:`~lit_fgrpo.rollout.settings.RolloutSettings`.
+read through :class:`RolloutConsumer` only. Settings: :class:`~lit_fgrpo.rollout.rollout_settings.RolloutSettings`.
 The engine is built at the first stage start (after ``configure_model``) and marked stale at every stage start and
 restore, so the first rollout pushes the (warm-started or restored) weights before it samples.
 """
@@ -15,11 +15,11 @@ from typing import Any, cast
 import lightning as L
 from typing_extensions import override
 
-from lit_fgrpo.rollout.asynchronous import AsyncRolloutDriver, AsyncRollouts
-from lit_fgrpo.rollout.base import RolloutEngine
+from lit_fgrpo.engines.base import RolloutEngine
+from lit_fgrpo.rollout.async_schedule import AsyncRolloutDriver, AsyncRollouts
 from lit_fgrpo.rollout.batch import PromptBatch
 from lit_fgrpo.rollout.consumer import RolloutConsumer, check_consumer
-from lit_fgrpo.rollout.settings import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, RolloutSettings
+from lit_fgrpo.rollout.rollout_settings import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, RolloutSettings
 from lit_fgrpo.rollout.source import RolloutSource, StepContext, validation_batches
 
 

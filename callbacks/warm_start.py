@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.rollout.consumer import PolicyHolder, check_consumer
-from lit_fgrpo.sft import supervised_warm_start
+from lit_fgrpo.training.sft import supervised_warm_start
 
 
 class WarmStartCallback(L.Callback):

@@ -16,7 +16,7 @@ from lit_fgrpo.theory import tail_miss_probability
 __version__ = "0.1.0"
 
 _LAZY = {
-    "FGRPOModule": "lit_fgrpo.module",
+    "FGRPOModule": "lit_fgrpo.training.module",
     "PromptDataModule": "lit_fgrpo.data",
 }
 

@@ -42,7 +42,7 @@ def run_case(case: str) -> dict[str, float]:
 
     kwargs: dict = {}
     if case == "sign":
-        import lit_fgrpo.module as module
+        import lit_fgrpo.training.module as module
 
         original = module.group_advantages
         module.group_advantages = lambda *a, **k: -original(*a, **k)  # type: ignore[assignment]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.hf import HFEngine
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.hf import HFEngine
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
-from lit_fgrpo.rollout.hf import HFEngine
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.hf import HFEngine
 
 VOCAB = 64
 EOS = 1

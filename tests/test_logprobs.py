@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lit_fgrpo.logprobs import completion_logprobs, split_output_layer
+from lit_fgrpo.models.logprobs import completion_logprobs, split_output_layer
 
 QWEN_VOCAB = 151_936
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from lit_fgrpo.logprobs import completion_logprobs
-from lit_fgrpo.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
+from lit_fgrpo.models.logprobs import completion_logprobs
+from lit_fgrpo.training.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
 from tests.training.tiny_setup import tiny_module
 
 

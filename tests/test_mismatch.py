@@ -87,8 +87,8 @@ def test_weights_are_detached_and_validated() -> None:
 def test_build_engine_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from lit_fgrpo.rollout import select
-    from lit_fgrpo.rollout.hf import HFEngine
+    from lit_fgrpo.engines import select
+    from lit_fgrpo.engines.hf import HFEngine
 
     model = AutoModelForCausalLM.from_config(
         LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)

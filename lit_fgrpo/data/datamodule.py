@@ -23,10 +23,10 @@ from lit_fgrpo.data.sources import (
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.batching import per_rank_share
 from lit_fgrpo.errors import DataError
-from lit_fgrpo.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
-from lit_fgrpo.settings_mapping import settings_from
+from lit_fgrpo.models.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
 from lit_fgrpo.tasks.maze import MazeConfig
+from lit_fgrpo.training.settings_mapping import settings_from
 
 log = logging.getLogger(__name__)
 

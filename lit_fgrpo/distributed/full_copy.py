@@ -2,7 +2,7 @@
 
 Under FSDP2 every forward of the policy is a collective (each layer all-gathers its shards), so a rank cannot
 generate with it on its own: rollout lengths differ between ranks and the ranks' forwards would stop lining up.
-The colocated HF engine therefore samples with a plain copy (:class:`~lit_fgrpo.rollout.hf_gathered.GatheredHFEngine`),
+The colocated HF engine therefore samples with a plain copy (:class:`~lit_fgrpo.engines.hf_gathered.GatheredHFEngine`),
 and ``save_pretrained`` writes one (:func:`save_sharded_policy`). Both fill it with
 :func:`~lit_fgrpo.distributed.weight_gather.iter_full_weights`: each tensor is all-gathered, copied into the copy's
 own parameter and dropped before the next one is gathered, so besides the copy at most one gathered tensor exists.
@@ -85,7 +85,7 @@ def save_sharded_policy(policy: nn.Module, tokenizer: Any, directory: str | Path
 
     The writing rank holds one whole copy on the CPU (what the folder will contain); LoRA is merged.
     """
-    from lit_fgrpo.policy import save_policy
+    from lit_fgrpo.models.policy import save_policy
 
     copy = unsharded_copy(policy, torch.device("cpu")) if write else None
     load_full_weights(copy, policy)

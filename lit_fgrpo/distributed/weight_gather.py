@@ -67,7 +67,7 @@ def _lora_delta(layer: Any, weight: Tensor) -> Tensor:
 def iter_full_weights(model: Any, dtype: torch.dtype | None = None) -> Iterator[tuple[str, Tensor]]:
     """Yield ``(name, full tensor)`` for every weight of the policy, in checkpoint names, streamed.
 
-    Names follow :func:`lit_fgrpo.rollout.vllm_worker.policy_state_dict`: a PEFT LoRA policy loses
+    Names follow :func:`lit_fgrpo.engines.vllm_worker.policy_state_dict`: a PEFT LoRA policy loses
     ``base_model.model.`` and ``.base_layer``, its ``lora_*`` factors are merged into the base weight
     (``W + scaling * B @ A``, unless the adapter is already merged), and ``lm_head.weight`` is yielded for
     tied-embedding models that lack it.

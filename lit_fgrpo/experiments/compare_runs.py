@@ -32,7 +32,7 @@ import yaml
 
 from lit_fgrpo.errors import ConfigError, DataError
 from lit_fgrpo.experiments.evidence_stats import MIN_SEEDS, classify_gain, h1_verdict, paired
-from lit_fgrpo.progress import format_duration
+from lit_fgrpo.reporting.progress import format_duration
 
 RESULTS = "pass_at_k.json"
 
@@ -80,7 +80,7 @@ def run_dir(settings: CompareSettings, seed: int, arm: str) -> Path:
 
 def fit_command(settings: CompareSettings, seed: int, arm: str) -> list[str]:
     """The ``lit-fgrpo fit`` command line of one run."""
-    words = [sys.executable, "-m", "lit_fgrpo.cli", "fit"]
+    words = [sys.executable, "-m", "lit_fgrpo.commands.cli", "fit"]
     for config in settings.fit_configs:
         words += ["--config", config]
     words += [*settings.fit_args, *settings.arms[arm]]

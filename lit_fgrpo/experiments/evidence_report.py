@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_fgrpo.cli_errors import subcommand_error
+from lit_fgrpo.commands.cli_errors import subcommand_error
 from lit_fgrpo.errors import DataError
 from lit_fgrpo.experiments.evidence_stats import (
     FINAL_SEEDS,
@@ -301,6 +301,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli import main as cli_main
 
     raise SystemExit(cli_main(["maze-report", *sys.argv[1:]]))

@@ -1,7 +1,7 @@
 """The paper's §6 maze sweep: per seed one warm start, then GRPO / F-GRPO arms over (N, gamma), resumable.
 
 Every arm of a seed starts from that seed's warm-started weights and trains with the real Lightning ``Trainer`` +
-:class:`~lit_fgrpo.module.FGRPOModule` + :class:`~lit_fgrpo.callbacks.RolloutCallback` (HF engine) on the same
+:class:`~lit_fgrpo.training.module.FGRPOModule` + :class:`~lit_fgrpo.callbacks.RolloutCallback` (HF engine) on the same
 prompt stream and sampling seeds. After each milestone (``milestones`` and ``rl_steps``) it reports held-out test
 pass@k and ΔNLL_rare on one pool of base-policy correct trajectories (App. M.2).
 
@@ -34,7 +34,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 
-from lit_fgrpo.cli_errors import precheck_config_files, subcommand_error
+from lit_fgrpo.commands.cli_errors import precheck_config_files, subcommand_error
 from lit_fgrpo.experiments.arms_words import check_config_arms, quote_arms
 from lit_fgrpo.experiments.rare_pool import build_rare_pool
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
@@ -55,11 +55,11 @@ from lit_fgrpo.experiments.sweep_state import (
     read_json,
     write_json,
 )
-from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
-from lit_fgrpo.progress import progress
+from lit_fgrpo.reporting.progress import progress
 from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
 from lit_fgrpo.tasks.maze import maze_prompt_tokens
+from lit_fgrpo.training.module import FGRPOModule
+from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 
 log = logging.getLogger(__name__)
 
@@ -384,7 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(CLI(combine_sweeps, args=words[1:], as_positional=False, exit_on_error=False))
     precheck_config_files(words)
     check_config_arms(words)
-    kwargs = build_parser().parse_args(quote_arms(words)).as_dict()  # bad flags raise: lit_fgrpo.cli prints one line
+    kwargs = (
+        build_parser().parse_args(quote_arms(words)).as_dict()
+    )  # bad flags raise: lit_fgrpo.commands.cli prints one line
     kwargs.pop("config", None)
     try:
         rows = run_maze_sweep(**kwargs)
@@ -403,6 +405,6 @@ __all__ = ["DEFAULT_MODEL_CONFIG", "EXIT_INCOMPLETE", "build_parser", "combine_s
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli import main as cli_main
 
     raise SystemExit(cli_main(["maze-sweep", *sys.argv[1:]]))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_fgrpo.cli_errors import subcommand_error
+from lit_fgrpo.commands.cli_errors import subcommand_error
 from lit_fgrpo.errors import DataError
 from lit_fgrpo.experiments.evidence_report import base_by_seed, load_rows, plot_arms, report_dir
 from lit_fgrpo.experiments.evidence_stats import paired
@@ -167,6 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli import main as cli_main
 
     raise SystemExit(cli_main(["maze-compare", *sys.argv[1:]]))

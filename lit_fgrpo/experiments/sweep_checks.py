@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lit_fgrpo.experiments.sweep_arm import Arm
-from lit_fgrpo.mlflow_logging import check_tracking_uri
+from lit_fgrpo.reporting.mlflow_logging import check_tracking_uri
 
 AT_LEAST_ONE = (
     "prompts_per_step",

@@ -103,7 +103,7 @@ def make_mlflow_logger(tracking_uri: str | None, experiment: str, run_name: str)
     """A Lightning MLFlowLogger for one arm, or None when ``tracking_uri`` is None or mlflow is missing."""
     if tracking_uri is None:
         return None
-    from lit_fgrpo.mlflow_logging import mlflow_available
+    from lit_fgrpo.reporting.mlflow_logging import mlflow_available
 
     if not mlflow_available():
         return None

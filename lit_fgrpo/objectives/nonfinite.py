@@ -7,7 +7,7 @@ skip is counted and logged, and after ``max_consecutive`` skips in a row the run
 run of skips. torch's ``clip_grad_norm_(error_if_nonfinite=True)`` raises on the first one; a single bf16 spike should
 not end a long run, a persistent one must.
 
-Where it goes in ``PolicyUpdate.step`` (``lit_fgrpo/update.py``; after backward, before gradient clipping and ``optimizer.step()``: a NaN
+Where it goes in ``PolicyUpdate.step`` (``lit_fgrpo/training/update.py``; after backward, before gradient clipping and ``optimizer.step()``: a NaN
 gradient would turn the clipping norm into NaN and spread to every gradient, hiding the culprit's name)::
 
     if self.nonfinite_guard.check(step=self.global_step, loss=loss, named_parameters=self.policy.named_parameters()):

@@ -65,7 +65,7 @@ def log_policy(logger: Any, directory: str | os.PathLike[str]) -> str | None:
         return None
     client, run_id = run
     client.log_artifacts(run_id, str(directory), artifact_path=POLICY_ARTIFACT_PATH)
-    client.set_tag(run_id, "lit_fgrpo.policy", f"runs:/{run_id}/{POLICY_ARTIFACT_PATH}")
+    client.set_tag(run_id, "lit_fgrpo.models.policy", f"runs:/{run_id}/{POLICY_ARTIFACT_PATH}")
     return f"runs:/{run_id}/{POLICY_ARTIFACT_PATH}"
 
 
@@ -92,7 +92,7 @@ def load_policy_from_run(
     from mlflow.tracking import MlflowClient
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_fgrpo.mlflow_logging import check_tracking_uri
+    from lit_fgrpo.reporting.mlflow_logging import check_tracking_uri
 
     check_tracking_uri(tracking_uri, "tracking_uri")
     where = f"run {run_id} in {tracking_uri}"

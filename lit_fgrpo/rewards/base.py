@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from lit_fgrpo.notices import notice
+from lit_fgrpo.reporting.notices import notice
 from lit_fgrpo.rewards.guarded_call import Isolation, RewardCrash, RewardTimeout, call_with_timeout
 
 log = logging.getLogger(__name__)

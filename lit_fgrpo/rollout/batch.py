@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from lit_fgrpo.rollout.base import Generation
+from lit_fgrpo.engines.base import Generation
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord

@@ -1,7 +1,7 @@
 """What the rollout callbacks may use from a LightningModule: the :class:`RolloutConsumer` protocol.
 
 The callbacks read nothing else from the module (no ``isinstance`` on a concrete class), so a user's own
-LightningModule gets the same behaviour as :class:`~lit_fgrpo.module.FGRPOModule` by providing these members.
+LightningModule gets the same behaviour as :class:`~lit_fgrpo.training.module.FGRPOModule` by providing these members.
 :func:`missing_members` checks a module against a protocol without touching its properties: ``policy`` is built
 lazily in ``configure_model``, and reading it in ``setup`` would build it too early.
 """
@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from torch import nn
 
 from lit_fgrpo.objectives.group_weights import GroupWeight
-from lit_fgrpo.timing import PhaseTimer
+from lit_fgrpo.reporting.timing import PhaseTimer
 
 
 @runtime_checkable

@@ -2,7 +2,7 @@
 
 The rollout callback owns one. After a push the engine's log-probs and the trainer's are compared on a small probe
 (a few rows of the last rollout, both at temperature 1); the largest gap is logged as ``rollout/sync_logprob_delta``
-and a gap beyond ``sync_tolerance`` raises :class:`~lit_fgrpo.rollout.scoring.WeightSyncError` on every rank.
+and a gap beyond ``sync_tolerance`` raises :class:`~lit_fgrpo.engines.trainer_logprobs.WeightSyncError` on every rank.
 
 Staleness. A warm start or a restored checkpoint changes the policy after the engine is built, so the callback marks
 the engine stale at every stage start and on checkpoint load; :meth:`EngineSync.ensure_synced` then pushes before the
@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from lit_fgrpo.distributed import fail_together
-from lit_fgrpo.rollout.base import RolloutEngine
+from lit_fgrpo.engines.base import RolloutEngine
+from lit_fgrpo.engines.hf import HFEngine
+from lit_fgrpo.engines.select import EngineKind, build_engine
+from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
-from lit_fgrpo.rollout.hf import HFEngine
-from lit_fgrpo.rollout.scoring import policy_logprobs
-from lit_fgrpo.rollout.select import EngineKind, build_engine
 
 if TYPE_CHECKING:
     from lit_fgrpo.rollout.consumer import RolloutConsumer
@@ -41,7 +41,7 @@ class EngineSync:
     """Build the engine on first use, push the policy's weights into it and check the push.
 
     Args:
-        kind: the engine kind (see :func:`~lit_fgrpo.rollout.select.build_engine`).
+        kind: the engine kind (see :func:`~lit_fgrpo.engines.select.build_engine`).
         engine_kwargs: extra keyword arguments for the vLLM engine.
         hf_chunk_size: most rows per HF generation call.
         sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lit_fgrpo.rollout.asynchronous import AsyncRollouts
-from lit_fgrpo.rollout.dynamic import DynamicRollouts
-from lit_fgrpo.rollout.settings import RolloutSettings
-from lit_fgrpo.rollout.synchronous import SyncRollouts
+from lit_fgrpo.rollout.async_schedule import AsyncRollouts
+from lit_fgrpo.rollout.dynamic_schedule import DynamicRollouts
+from lit_fgrpo.rollout.rollout_settings import RolloutSettings
+from lit_fgrpo.rollout.sync_schedule import SyncRollouts
 
 if TYPE_CHECKING:
     from lit_fgrpo.rollout.source import Schedule

@@ -3,9 +3,9 @@
 It owns the :class:`~lit_fgrpo.rollout.collect.RolloutCollector` (engine, rewards, packing), the engine's weight
 pushes and their check (:class:`~lit_fgrpo.rollout.engine_sync.EngineSync`) and one schedule per mode:
 
-- :class:`~lit_fgrpo.rollout.synchronous.SyncRollouts`: generate, then train (``max_staleness = 0``);
-- :class:`~lit_fgrpo.rollout.dynamic.DynamicRollouts`: rounds drawn from the data until P groups are informative;
-- :class:`~lit_fgrpo.rollout.asynchronous.AsyncRollouts`: a generator thread up to ``max_staleness`` steps ahead.
+- :class:`~lit_fgrpo.rollout.sync_schedule.SyncRollouts`: generate, then train (``max_staleness = 0``);
+- :class:`~lit_fgrpo.rollout.dynamic_schedule.DynamicRollouts`: rounds drawn from the data until P groups are informative;
+- :class:`~lit_fgrpo.rollout.async_schedule.AsyncRollouts`: a generator thread up to ``max_staleness`` steps ahead.
 
 :class:`~lit_fgrpo.callbacks.RolloutCallback` is the Lightning glue: each hook turns the trainer's state into one
 call here (``take``, ``after_step``, ``evaluation``, ``evaluate``, ``close``, ``state_dict``).
@@ -20,16 +20,16 @@ from typing import Any, Protocol
 
 import torch
 
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.progress import progress
+from lit_fgrpo.reporting.progress import progress
+from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rewards import resolve_reward
-from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.consumer import RolloutConsumer
 from lit_fgrpo.rollout.engine_sync import EngineSync, LogFn
-from lit_fgrpo.rollout.settings import VAL_STREAM, RolloutSettings
-from lit_fgrpo.timing import PhaseTimer
+from lit_fgrpo.rollout.rollout_settings import VAL_STREAM, RolloutSettings
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ class RolloutSource:
         """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt)."""
         metric = PassAtK(list(ks))
         batches = list(batches)
-        # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.progress)
+        # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.reporting.progress)
         with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
             for records in batches:
                 rollout = self.collect(list(records), self.settings.eval_sampling(), step, VAL_STREAM)

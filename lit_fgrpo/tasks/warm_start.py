@@ -14,8 +14,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lit_fgrpo.metrics import pass_at_k
-from lit_fgrpo.sft import supervised_warm_start
 from lit_fgrpo.tasks.maze import Maze, maze_prompt_tokens, maze_target_tokens
+from lit_fgrpo.training.sft import supervised_warm_start
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def warm_start(
 ) -> list[float]:
     """Teacher-forced training on the maze target paths (loss on target tokens only), in place.
 
-    A maze-flavoured front end of :func:`lit_fgrpo.sft.supervised_warm_start` (the loop the
+    A maze-flavoured front end of :func:`lit_fgrpo.training.sft.supervised_warm_start` (the loop the
     ``WarmStartCallback`` uses too): prompt and target tokens are turned into ids, then trained on.
 
     Args:
@@ -92,9 +92,9 @@ def maze_records(tokenizer: PreTrainedTokenizerBase, mazes: Sequence[Maze]) -> l
 
 def maze_collector(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, chunk: int = 512) -> Any:
     """A :class:`~lit_fgrpo.rollout.collect.RolloutCollector` on ``model`` (HF engine) judged by the maze reward."""
+    from lit_fgrpo.engines.hf import HFEngine
     from lit_fgrpo.rewards import maze_reward
     from lit_fgrpo.rollout import RolloutCollector, pad_id_of
-    from lit_fgrpo.rollout.hf import HFEngine
 
     engine = HFEngine(model, pad_id_of(tokenizer), int(tokenizer.eos_token_id), chunk_size=chunk)
     return RolloutCollector(engine, tokenizer, [maze_reward])

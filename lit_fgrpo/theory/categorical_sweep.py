@@ -3,7 +3,7 @@
 Each run is one :func:`~lit_fgrpo.theory.simulation.simulate_categorical` call reduced to its final metrics
 (``Q_pos``, ``M_ret``, entropy); :func:`sweep_categorical` runs the grid in this process or in ``spawn`` worker
 processes and :func:`aggregate_runs` gives one row per (N, gamma) with the mean, the sample std and every seed's
-value. ``lit-fgrpo simulate`` (:mod:`lit_fgrpo.theory.simulate_cli`) writes them as a CSV and a figure.
+value. ``lit-fgrpo simulate`` (:mod:`lit_fgrpo.commands.simulate`) writes them as a CSV and a figure.
 """
 
 from __future__ import annotations

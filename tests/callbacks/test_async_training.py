@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from lit_fgrpo.callbacks import RNGStateCallback, RolloutCallback
 from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch
 from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import MemoryLogger, tiny_module
@@ -143,7 +143,7 @@ def test_refusals_name_the_flag(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as err:
         RolloutCallback(max_staleness=-1)
     one_line_refusal(err, "max_staleness")
-    from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+    from lit_fgrpo.rollout.group_filter import DynamicSampling
 
     with pytest.raises(ValueError) as err:
         RolloutCallback(engine="hf_copy", max_staleness=1, dynamic_sampling=DynamicSampling())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_fgrpo.cli import main
+from lit_fgrpo.commands.cli import main
 from tests.distributed.launch import WORKERS, base_env, run_processes
 
 pytestmark = pytest.mark.slow
@@ -117,9 +117,9 @@ def test_the_memory_plan_equals_each_ranks_real_shards(runs: dict[str, Path], na
 
     from jsonargparse import Namespace
 
+    from lit_fgrpo.commands.plan import architecture, policy_shapes
     from lit_fgrpo.distributed.memory_plan import PlanSettings, memory_plan
-    from lit_fgrpo.distributed.plan_cli import architecture, policy_shapes
-    from lit_fgrpo.lora import LoraSettings
+    from lit_fgrpo.models.lora import LoraSettings
     from tests.training.tiny_setup import MAZE_TINY_MODEL
 
     lora = LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]) if "lora" in name else None
@@ -151,7 +151,7 @@ def test_a_nan_in_one_ranks_gradient_shard_makes_every_rank_skip_the_same_step(r
 def test_lora_under_sharding_matches_one_process_and_saves_merged_weights(runs: dict[str, Path]) -> None:
     from transformers import AutoModelForCausalLM
 
-    from lit_fgrpo.policy import build_policy, load_tokenizer
+    from lit_fgrpo.models.policy import build_policy, load_tokenizer
     from tests.training.tiny_setup import MAZE_TINY_MODEL
 
     one, sharded = _weights(runs["lora_one"]), _weights(runs["lora_sharded"])

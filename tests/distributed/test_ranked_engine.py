@@ -1,4 +1,4 @@
-"""The rounds of :class:`~lit_fgrpo.rollout.servers.ranks.RankedEngine` on 2 real gloo ranks, a fake inner engine.
+"""The rounds of :class:`~lit_fgrpo.servers.ranks.RankedEngine` on 2 real gloo ranks, a fake inner engine.
 
 The ordering logic alone (``workers/ranked_worker.py`` says why the fake): each rank gets its own rows of one call on
 rank 0's engine, uneven evaluation passes end together, a skipping rank joins a round, a generator thread's round

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from lit_fgrpo.experiments.maze_sweep import build_parser
-from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.tasks import MazeConfig, make_maze_splits
 from lit_fgrpo.tasks.maze import maze_prompt_tokens
+from lit_fgrpo.training.module import FGRPOModule
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs" / "experiments").glob("*.yaml"))
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
-from lit_fgrpo.module import FGRPOModule
+from lit_fgrpo.training.module import FGRPOModule
 from tests.training.tiny_setup import MAZE_TINY_MODEL as TINY_MODEL
 
 DATA = dict(source="maze", maze_rows=2, maze_cols=3, num_train=64, num_val=4, num_test=4, prompts_per_step=2,

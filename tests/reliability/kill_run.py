@@ -4,7 +4,7 @@
 
 KILL is ``none``, ``step:N`` (at the start of the batch after N optimizer steps) or ``write:N`` (half-way through
 this process's N-th checkpoint write). With ``--resume`` the run resumes from ``last`` through
-:func:`lit_fgrpo.checkpointing.resolve_resume`. At the end the policy's weights go to ``DIR/final.pt``.
+:func:`lit_fgrpo.training.checkpointing.resolve_resume`. At the end the policy's weights go to ``DIR/final.pt``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lit_fgrpo.callbacks import WarmStartCallback
-from lit_fgrpo.checkpointing import AtomicCheckpointIO, resolve_resume
+from lit_fgrpo.training.checkpointing import AtomicCheckpointIO, resolve_resume
 from tests.training.tiny_setup import maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 

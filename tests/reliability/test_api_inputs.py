@@ -10,8 +10,8 @@ import torch
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK, pass_at_k
-from lit_fgrpo.module_settings import GROUPS, grouped_settings
 from lit_fgrpo.objectives.advantages import focal_weight, group_advantages
+from lit_fgrpo.training.module_settings import GROUPS, grouped_settings
 
 REWARDS = torch.tensor([[1.0, 0.0, 0.0, 1.0]])
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lit_fgrpo.checkpointing import AtomicCheckpointIO, load_checkpoint_checked, resolve_resume
 from lit_fgrpo.errors import CheckpointError
+from lit_fgrpo.training.checkpointing import AtomicCheckpointIO, load_checkpoint_checked, resolve_resume
 
 HPARAMS = {"model_config": {"hidden_size": 32}, "lr": 1e-3, "gamma": 0.5}
 """Saved flat, as checkpoints from before the settings groups: compared with the config's groups after migration."""
@@ -86,7 +86,7 @@ def test_fallback_is_on_the_terminal_when_logging_is_silenced(
     bad = tmp_path / "last.ckpt"
     bad.touch()
     os.utime(good, (1, 1))
-    monkeypatch.setattr(logging.getLogger("lit_fgrpo.checkpointing"), "disabled", True)
+    monkeypatch.setattr(logging.getLogger("lit_fgrpo.training.checkpointing"), "disabled", True)
     assert resolve_resume("last", trainer_for(tmp_path)) == str(good)
     lines = capsys.readouterr().err.splitlines()
     assert lines == [

@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from safetensors.torch import load_file
 
 from lit_fgrpo.callbacks import FocalFigureCallback, PassAtKReport
-from lit_fgrpo.checkpointing import AtomicCheckpointIO
+from lit_fgrpo.training.checkpointing import AtomicCheckpointIO
 from tests.training.tiny_setup import MemoryLogger, maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 

@@ -1,8 +1,8 @@
 """Issue 25: LoRA settings given as a mapping, a group weight no group can satisfy, an engine option left unused.
 
 The CLI side of each is in the malformed-input corpus (``test_malformed_inputs.py``); these use the public seams
-below it: :func:`lit_fgrpo.lora.lora_settings`, :meth:`RolloutSettings.check_reachable_groups`,
-:func:`lit_fgrpo.objectives.group_weights.weighted_rates` and :func:`lit_fgrpo.rollout.select.build_engine`.
+below it: :func:`lit_fgrpo.models.lora.lora_settings`, :meth:`RolloutSettings.check_reachable_groups`,
+:func:`lit_fgrpo.objectives.group_weights.weighted_rates` and :func:`lit_fgrpo.engines.select.build_engine`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.lora import LoraSettings, lora_settings
+from lit_fgrpo.models.lora import LoraSettings, lora_settings
 from lit_fgrpo.objectives.group_weights import GroupWeight, weighted_rates
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
-from lit_fgrpo.rollout.settings import RolloutSettings
+from lit_fgrpo.rollout.group_filter import DynamicSampling
+from lit_fgrpo.rollout.rollout_settings import RolloutSettings
 from tests.reliability.test_cli_errors import TINY
 
 
@@ -51,7 +51,7 @@ def test_lora_bad_field_is_one_line_naming_it(value: Any, named: str) -> None:
 
 def test_module_builds_lora_from_a_mapping() -> None:
     """The AttributeError of issue 25: a mapping (YAML, LightningCLI's hparams, a checkpoint) reached apply_lora."""
-    from lit_fgrpo.module import FGRPOModule
+    from lit_fgrpo.training.module import FGRPOModule
 
     model = FGRPOModule(policy=TINY["model"]["policy"] | {"lora": {"r": 2, "alpha": 4}})
     assert model.lora == LoraSettings(r=2, alpha=4)
@@ -60,7 +60,7 @@ def test_module_builds_lora_from_a_mapping() -> None:
 
 
 def test_lora_targets_absent_from_the_policy_is_one_line() -> None:
-    from lit_fgrpo.module import FGRPOModule
+    from lit_fgrpo.training.module import FGRPOModule
 
     model = FGRPOModule(policy=TINY["model"]["policy"] | {"lora": {"target_modules": ["no_such_proj"]}})
     with pytest.raises(ConfigError, match=r"--model.policy.lora.target_modules \['no_such_proj'\] names no module"):
@@ -107,8 +107,8 @@ def test_auto_engine_falling_back_to_hf_shows_unused_engine_kwargs(
 ) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from lit_fgrpo.rollout import select
-    from lit_fgrpo.rollout.hf import HFEngine
+    from lit_fgrpo.engines import select
+    from lit_fgrpo.engines.hf import HFEngine
 
     config = LlamaConfig(
         vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2

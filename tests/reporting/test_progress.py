@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from lit_fgrpo.progress import ProgressReporter, format_duration, format_status, progress, resolve_mode
+from lit_fgrpo.reporting.progress import ProgressReporter, format_duration, format_status, progress, resolve_mode
 
 
 def test_format_status_reads_as_documented() -> None:

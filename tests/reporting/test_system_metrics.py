@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_fgrpo.mlflow_logging import start_system_metrics, stop_system_metrics
+from lit_fgrpo.reporting.mlflow_logging import start_system_metrics, stop_system_metrics
 
 
 def test_run_shorter_than_one_interval_gets_a_closing_sample(tmp_path: Path) -> None:

@@ -18,12 +18,12 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.logprobs import completion_logprobs
-from lit_fgrpo.rollout.async_rollouts import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
-from lit_fgrpo.rollout.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.hf import HFEngine
+from lit_fgrpo.engines.hf_copy import HFCopyEngine
+from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
-from lit_fgrpo.rollout.hf import HFEngine
-from lit_fgrpo.rollout.hf_copy import HFCopyEngine
+from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
 from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import TINY_MODEL
 
@@ -323,8 +323,8 @@ import os, sys
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 sys.path.insert(0, {root!r})
 from tests.rollout.test_async_rollouts import EOS, assert_sampled_with_recorded_weights, run_async, tiny_policy
-from lit_fgrpo.rollout.cpu_split import thread_affinities
-from lit_fgrpo.rollout.vllm_engine import VLLMEngine
+from lit_fgrpo.engines.cpu_split import thread_affinities
+from lit_fgrpo.engines.vllm_engine import VLLMEngine
 
 if __name__ == "__main__":
     model = tiny_policy(hidden=64)  # vLLM's CPU attention needs head_dim >= 32

@@ -7,9 +7,9 @@ from typing import Any
 import torch
 
 from lit_fgrpo.data import PromptRecord
-from lit_fgrpo.policy import load_tokenizer
+from lit_fgrpo.engines.hf import HFEngine
+from lit_fgrpo.models.policy import load_tokenizer
 from lit_fgrpo.rollout import RolloutCollector, SamplingConfig, columns_per_completion, pad_id_of
-from lit_fgrpo.rollout.hf import HFEngine
 from tests.training.tiny_setup import tiny_module
 
 SEEN: dict[str, Any] = {}

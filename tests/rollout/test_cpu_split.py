@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from lit_fgrpo.engines.cpu_split import OMP_BIND_ENV, CpuSplit, thread_affinities
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.cpu_split import OMP_BIND_ENV, CpuSplit, thread_affinities
 
 CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 needs_two = pytest.mark.skipif(len(CORES) < 2, reason="needs at least 2 CPU cores")

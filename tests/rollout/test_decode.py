@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.decode import PreallocatedLayer, supports_own_loop
-from lit_fgrpo.rollout.hf import HFEngine
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.decode import PreallocatedLayer, supports_own_loop
+from lit_fgrpo.engines.hf import HFEngine
 from tests.test_hf_engine import EOS, PAD, prompts, tiny_model
 
 

@@ -15,7 +15,7 @@ import torch
 
 from lit_fgrpo.objectives import GroupWeight, group_advantages
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.dynamic_sampling import (
+from lit_fgrpo.rollout.group_filter import (
     DynamicSampling,
     Lockstep,
     concat_rollouts,
@@ -272,7 +272,7 @@ def test_repadding_leaves_the_policy_logprobs_unchanged() -> None:
     """A real (tiny, offline) causal LM scores each row of the concatenation as it scored the row alone."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from lit_fgrpo.logprobs import completion_logprobs
+    from lit_fgrpo.models.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     config = LlamaConfig(

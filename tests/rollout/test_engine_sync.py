@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lit_fgrpo.engines.hf_copy import HFCopyEngine
+from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
 from lit_fgrpo.rollout.engine_sync import EngineSync
-from lit_fgrpo.rollout.hf_copy import HFCopyEngine
-from lit_fgrpo.rollout.scoring import WeightSyncError
 from tests.training.tiny_setup import tiny_module
 
 PROMPTS = [[4, 5, 6, 7], [8, 9, 10]]

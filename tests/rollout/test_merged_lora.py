@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from lit_fgrpo.rollout.vllm_worker import merged_lora, policy_state_dict
+from lit_fgrpo.engines.vllm_worker import merged_lora, policy_state_dict
 from tests.test_logprobs import tiny_lm
 
 

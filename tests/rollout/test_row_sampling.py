@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lit_fgrpo.distributed.seeding import _splitmix64
-from lit_fgrpo.rollout.row_sampling import row_keys, row_uniforms, sample_inverse_cdf, splitmix64
+from lit_fgrpo.engines.row_sampling import row_keys, row_uniforms, sample_inverse_cdf, splitmix64
 
 
 def to_signed(x: int) -> int:

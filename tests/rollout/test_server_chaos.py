@@ -21,9 +21,9 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.fleet import Server
+from lit_fgrpo.engines.base import Generation
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.fleet import Server
 from tests.rollout.test_vllm_server import PROMPTS, SAMPLING, check, probe_of, tiny_policy
 from tests.test_vllm_engine import EOS, tiny_tokenizer
 

@@ -16,14 +16,14 @@ import pytest
 import torch
 from torch import nn
 
+from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.scoring import WeightSyncError
-from lit_fgrpo.rollout.servers import ServerError
-from lit_fgrpo.rollout.servers.collective import PushGroups
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.fleet import Fleet
-from lit_fgrpo.rollout.servers.settings import ServerSettings
-from lit_fgrpo.rollout.servers.weights import cpu_state_dict
+from lit_fgrpo.servers import ServerError
+from lit_fgrpo.servers.collective import PushGroups
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.fleet import Fleet
+from lit_fgrpo.servers.server_settings import ServerSettings
+from lit_fgrpo.servers.weights import cpu_state_dict
 from tests.rollout.test_vllm_server import (
     PROMPTS,
     SAMPLING,

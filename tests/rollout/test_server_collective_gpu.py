@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.servers.engine import ServerEngine
+from lit_fgrpo.servers.engine import ServerEngine
 from tests.rollout.test_vllm_server import PROMPTS, SAMPLING, SEEDS, check, probe_of, tiny_policy, train
 from tests.test_vllm_engine import EOS, tiny_tokenizer
 

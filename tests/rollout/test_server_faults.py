@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from torch import nn
 
-from lit_fgrpo.cli_errors import user_error_message
-from lit_fgrpo.rollout.base import Generation
-from lit_fgrpo.rollout.servers import ServerError
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.fleet import Fleet, Server
+from lit_fgrpo.commands.cli_errors import user_error_message
+from lit_fgrpo.engines.base import Generation
+from lit_fgrpo.servers import ServerError
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.fleet import Fleet, Server
 from tests.rollout.test_vllm_server import (
     PROMPTS,
     SAMPLING,

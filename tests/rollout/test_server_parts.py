@@ -6,17 +6,17 @@ import os
 
 import pytest
 
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.servers import protocol
-from lit_fgrpo.rollout.servers.adapters import LORA_ENV, server_rank
-from lit_fgrpo.rollout.servers.client import ServerClient
-from lit_fgrpo.rollout.servers.dispatch import pick_server
-from lit_fgrpo.rollout.servers.fleet import Server
-from lit_fgrpo.rollout.servers.launch import split_launcher_flags
-from lit_fgrpo.rollout.servers.launching import launch_specs, serve_args
-from lit_fgrpo.rollout.servers.process import serve_command
-from lit_fgrpo.rollout.servers.settings import ServerSettings
+from lit_fgrpo.servers import protocol
+from lit_fgrpo.servers.adapters import LORA_ENV, server_rank
+from lit_fgrpo.servers.client import ServerClient
+from lit_fgrpo.servers.dispatch import pick_server
+from lit_fgrpo.servers.fleet import Server
+from lit_fgrpo.servers.launcher import launch_specs, serve_args
+from lit_fgrpo.servers.process import serve_command
+from lit_fgrpo.servers.server_main import split_launcher_flags
+from lit_fgrpo.servers.server_settings import ServerSettings
 
 
 def test_unknown_key_is_one_line_naming_it_and_the_known_ones() -> None:
@@ -55,7 +55,7 @@ def test_lists_become_tuples_and_the_launch_command_has_our_flags(tmp_path) -> N
     assert specs[1].env["VLLM_SERVER_DEV_MODE"] == "1" and specs[1].log_path == tmp_path / "server-1.log"
     command = serve_command(specs[1], python="py")
     assert command[:8] == [
-        "py", "-m", "lit_fgrpo.rollout.servers.launch", "--cpus", "1", "--exit-with", str(os.getpid()), "serve"
+        "py", "-m", "lit_fgrpo.servers.server_main", "--cpus", "1", "--exit-with", str(os.getpid()), "serve"
     ]  # fmt: skip
     assert split_launcher_flags(command[3:]) == ([1], os.getpid(), command[7:])
     assert split_launcher_flags(["--exit-with=12", "serve", "m", "--cpus=0,1"]) == ([0, 1], 12, ["serve", "m"])

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from torch import nn
 
-from lit_fgrpo.cli_errors import user_error_message
-from lit_fgrpo.rollout.servers import ServerError
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.process import free_port
+from lit_fgrpo.commands.cli_errors import user_error_message
+from lit_fgrpo.servers import ServerError
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.process import free_port
 from tests.rollout.test_vllm_server import tiny_policy
 from tests.test_vllm_engine import EOS, VOCAB, tiny_tokenizer
 
@@ -111,6 +111,5 @@ def test_a_server_that_cannot_take_pushes_is_refused(policy: nn.Module, tmp_path
         "(/collective_rpc: HTTP 404: "
     )
     assert message.endswith(
-        "start it with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls "
-        "lit_fgrpo.rollout.servers.extension.WeightReceiver"
+        "start it with VLLM_SERVER_DEV_MODE=1 and --worker-extension-cls lit_fgrpo.servers.extension.WeightReceiver"
     )

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.rollout.base import Generation, SamplingConfig
+from lit_fgrpo.engines.base import Generation, SamplingConfig
 from tests.test_vllm_engine import EOS, tiny_model, tiny_tokenizer
 
 # vllm-marked: tests/conftest.py skips these without vLLM and under ATEN_CPU_CAPABILITY=default
@@ -55,8 +55,8 @@ def policy_gradient_step(model: nn.Module, opt: torch.optim.Optimizer, generatio
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, nn.Module, nn.Module]]:
-    from lit_fgrpo.rollout.servers.engine import ServerEngine
-    from lit_fgrpo.rollout.vllm_engine import VLLMEngine
+    from lit_fgrpo.engines.vllm_engine import VLLMEngine
+    from lit_fgrpo.servers.engine import ServerEngine
 
     on_server = tiny_model("qwen2", tied=True).eval()
     colocated = copy.deepcopy(on_server)

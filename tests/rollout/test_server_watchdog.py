@@ -1,4 +1,4 @@
-"""A launched server's process group goes when its trainer is SIGKILLed (``lit_fgrpo.rollout.servers.watchdog``).
+"""A launched server's process group goes when its trainer is SIGKILLed (``lit_fgrpo.servers.watchdog``).
 
 Real processes, no vLLM: a "trainer" process starts a "server" the way ``ServerProcess.start`` does (its own
 session, so its own process group) running the launcher's watchdog and a child of its own (as a vLLM server's engine
@@ -19,7 +19,7 @@ import time
 SERVER = textwrap.dedent(
     """
     import subprocess, sys, time
-    from lit_fgrpo.rollout.servers.watchdog import exit_with
+    from lit_fgrpo.servers.watchdog import exit_with
     if sys.argv[1] != "off":
         exit_with(int(sys.argv[1]), poll_s=0.1, grace_s=1.0)
     subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the 'engine core'

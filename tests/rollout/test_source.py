@@ -16,11 +16,11 @@ from torch import nn
 
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.objectives import GroupWeight
+from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout import PromptBatch, SamplingConfig
-from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
-from lit_fgrpo.rollout.settings import TRAIN_STREAM, RolloutSettings
+from lit_fgrpo.rollout.group_filter import DynamicSampling
+from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM, RolloutSettings
 from lit_fgrpo.rollout.source import RolloutSource, StepContext
-from lit_fgrpo.timing import PhaseTimer
 from tests.training.tiny_setup import tiny_module
 
 REWARD = "tests.training.tiny_setup:word_count_reward"

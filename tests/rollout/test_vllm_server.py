@@ -23,19 +23,19 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.lora import LoraSettings, apply_lora
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.trainer_logprobs import WeightSyncError, policy_logprobs
+from lit_fgrpo.models.lora import LoraSettings, apply_lora
 from lit_fgrpo.rollout import PromptBatch
-from lit_fgrpo.rollout.async_rollouts import TakenBatch
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.rollout.scoring import WeightSyncError, policy_logprobs
-from lit_fgrpo.rollout.servers import ServerError
-from lit_fgrpo.rollout.servers import process as process_module
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.fleet import Fleet
-from lit_fgrpo.rollout.servers.process import healthy
-from lit_fgrpo.rollout.servers.weights import cpu_state_dict, write_model_dir
-from lit_fgrpo.rollout.settings import RolloutSettings
+from lit_fgrpo.rollout.generator_thread import TakenBatch
+from lit_fgrpo.rollout.rollout_settings import RolloutSettings
 from lit_fgrpo.rollout.source import RolloutSource, StepContext
+from lit_fgrpo.servers import ServerError
+from lit_fgrpo.servers import process as process_module
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.fleet import Fleet
+from lit_fgrpo.servers.process import healthy
+from lit_fgrpo.servers.weights import cpu_state_dict, write_model_dir
 from tests.rollout.test_async_rollouts import assert_sampled_with_recorded_weights
 from tests.rollout.test_source import REWARD, Consumer, Stream
 from tests.test_vllm_engine import EOS, PAD, VOCAB, tiny_model, tiny_tokenizer

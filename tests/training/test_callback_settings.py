@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lit_fgrpo.callbacks import RolloutCallback, WarmStartCallback
-from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.engines.base import SamplingConfig
 from tests.training.tiny_setup import tiny_module
 
 

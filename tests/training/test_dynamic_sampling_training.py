@@ -18,10 +18,10 @@ from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch
-from lit_fgrpo.rollout.dynamic_sampling import DynamicSampling
+from lit_fgrpo.rollout.group_filter import DynamicSampling
 from tests.training.tiny_setup import tiny_module
 
 P = 4

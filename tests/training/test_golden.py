@@ -27,9 +27,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lit_fgrpo.callbacks import WarmStartCallback
-from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
-from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.training.module import FGRPOModule
+from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
 from tests.training.tiny_setup import MAZE_TINY_MODEL, maze_data, quiet_trainer, word_count_rollouts
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "golden_maze_tiny_3_steps.safetensors"

@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from lit_fgrpo.logprobs import completion_logprobs
+from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.objectives import group_advantages, policy_loss
 from lit_fgrpo.rollout.batch import RolloutBatch
 from tests.training.tiny_setup import synthetic_rollout, tiny_module

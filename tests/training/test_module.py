@@ -52,7 +52,7 @@ def test_gamma_changes_the_update_and_gamma_zero_is_grpo() -> None:
 
 def test_training_step_gradient_equals_the_pure_loss() -> None:
     """The module's accumulated gradient equals policy_loss on the whole batch (micro-batching is exact)."""
-    from lit_fgrpo.logprobs import completion_logprobs
+    from lit_fgrpo.models.logprobs import completion_logprobs
 
     rollout = synthetic_rollout(P=4, G=4)
     for loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "gspo"):
@@ -85,7 +85,7 @@ def test_mini_batches_and_iterations_take_several_optimizer_steps() -> None:
 
 
 def test_lora_policy_reference_is_the_base_with_adapters_disabled() -> None:
-    from lit_fgrpo.policy import LoraSettings
+    from lit_fgrpo.models.policy import LoraSettings
 
     module = tiny_module(beta=0.1, lora=LoraSettings(r=4, alpha=8))
     assert module.reference is None and module.is_lora

@@ -17,11 +17,11 @@ import torch
 from typing_extensions import override
 
 from lit_fgrpo.data import PromptRecord
+from lit_fgrpo.engines.hf import HFEngine
 from lit_fgrpo.errors import ConfigError, NonFiniteError
-from lit_fgrpo.module import FGRPOModule
 from lit_fgrpo.rollout import RolloutCollector, SamplingConfig, pad_id_of
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
-from lit_fgrpo.rollout.hf import HFEngine
+from lit_fgrpo.training.module import FGRPOModule
 from tests.training.tiny_setup import synthetic_rollout, tiny_module
 
 

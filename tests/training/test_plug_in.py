@@ -13,10 +13,10 @@ from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.objectives import GroupWeight, group_advantages, policy_loss
+from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout import PromptBatch, RolloutBatch, as_prompt_batch
-from lit_fgrpo.rollout.base import SamplingConfig
-from lit_fgrpo.timing import PhaseTimer
 from tests.training.tiny_setup import TINY_MODEL, synthetic_rollout, tiny_module
 
 
@@ -30,7 +30,7 @@ class MyPrompts(L.LightningDataModule):
 
 def test_recipe_a_module_with_own_datamodule_and_trainer() -> None:
     from lit_fgrpo import FGRPOModule
-    from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
+    from lit_fgrpo.training.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
 
     module = FGRPOModule(
         policy=PolicySettings(model_config=TINY_MODEL, tokenizer="builtin:maze"),

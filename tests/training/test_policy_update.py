@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from lit_fgrpo.update_handles import TorchCollectives, TorchOptimizerStep
+from lit_fgrpo.training.update_handles import TorchCollectives, TorchOptimizerStep
 from tests.training.tiny_setup import run_steps, synthetic_rollout, tiny_module
 
 SETTINGS = dict(num_iterations=2, mini_batch_prompts=2, micro_batch_rows=5, beta=0.05, seed=0)

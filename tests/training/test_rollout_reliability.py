@@ -11,8 +11,8 @@ import pytest
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptRecord
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.base import SamplingConfig
 from tests.training.tiny_setup import tiny_module
 
 

@@ -16,8 +16,8 @@ from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback, RolloutConsumer
 from lit_fgrpo.data import PromptRecord
+from lit_fgrpo.engines.hf import HFEngine
 from lit_fgrpo.rollout import PromptBatch, RolloutBatch, RolloutCollector, SamplingConfig, pad_id_of
-from lit_fgrpo.rollout.hf import HFEngine
 from tests.training.tiny_setup import tiny_module, word_count_reward
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.module_settings import FLAT_NAMES, ObjectiveSettings, grouped_settings
 from lit_fgrpo.objectives import GroupWeight
+from lit_fgrpo.training.module import FGRPOModule
+from lit_fgrpo.training.module_settings import FLAT_NAMES, ObjectiveSettings, grouped_settings
 from tests.training.tiny_setup import TINY_MODEL, tiny_module
 
 FLAT_HPARAMS: dict[str, Any] = {
@@ -23,7 +23,7 @@ FLAT_HPARAMS: dict[str, Any] = {
     "gradient_checkpointing": False, "logprob_chunk_rows": 64, "importance_correction": "token",
     "importance_cap": 3.0, "skip_zero_advantage": True, "val_pass_at_k": [1, 2], "save_pretrained_dir": None,
     "seed": 3, "group_weight": {"kind": "band", "gamma": 0.0, "low": 0.1, "high": 0.9}, "max_nonfinite_skips": 5,
-    "_instantiator": "lightning.pytorch.cli.instantiate_module", "_class_path": "lit_fgrpo.module.FGRPOModule",
+    "_instantiator": "lightning.pytorch.cli.instantiate_module", "_class_path": "lit_fgrpo.training.module.FGRPOModule",
 }  # fmt: skip
 """A checkpoint's ``hyper_parameters`` as FGRPOModule and LightningCLI wrote them before the groups: all 30, flat."""
 

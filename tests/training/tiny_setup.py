@@ -11,10 +11,10 @@ from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.module import FGRPOModule
-from lit_fgrpo.module_settings import grouped_settings
-from lit_fgrpo.rollout.base import SamplingConfig
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
+from lit_fgrpo.training.module import FGRPOModule
+from lit_fgrpo.training.module_settings import grouped_settings
 
 TINY_MODEL = {
     "model_type": "llama",

@@ -23,11 +23,11 @@ from lit_fgrpo.distributed import (
     global_sum,
     iter_full_weights,
 )
-from lit_fgrpo.distributed.rollout_stats import global_rollout_stats
+from lit_fgrpo.engines.vllm_worker import policy_state_dict
 from lit_fgrpo.objectives import group_advantages
 from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.vllm_worker import policy_state_dict
+from lit_fgrpo.training.rollout_stats import global_rollout_stats
 
 
 def tiny_qwen2(lora: bool) -> torch.nn.Module:

@@ -18,12 +18,12 @@ import torch.distributed as dist
 from torch import nn
 
 from lit_fgrpo.distributed import RankFailure
+from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.select import build_engine
+from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.rollout.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.rollout.scoring import WeightSyncError
-from lit_fgrpo.rollout.select import build_engine
-from lit_fgrpo.rollout.servers import ServerError
-from lit_fgrpo.rollout.servers.ranks import RankedEngine
+from lit_fgrpo.servers import ServerError
+from lit_fgrpo.servers.ranks import RankedEngine
 
 SAMPLING = SamplingConfig(n=2, max_tokens=4, seed=11)
 

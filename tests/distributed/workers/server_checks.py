@@ -18,10 +18,10 @@ from lightning.pytorch.loggers import Logger
 
 from lit_fgrpo.callbacks.rollout import RolloutCallback
 from lit_fgrpo.distributed import gather_objects, prompt_seed
-from lit_fgrpo.rollout.servers.engine import ServerEngine
-from lit_fgrpo.rollout.servers.process import LAUNCH_MODULE
-from lit_fgrpo.rollout.servers.ranks import RankedEngine
-from lit_fgrpo.rollout.settings import TRAIN_STREAM
+from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
+from lit_fgrpo.servers.engine import ServerEngine
+from lit_fgrpo.servers.process import LAUNCH_MODULE
+from lit_fgrpo.servers.ranks import RankedEngine
 
 SERVER_MODEL = {  # configs/maze/server.yaml's: vLLM's CPU attention needs head_dim >= 32
     "model_type": "llama",

@@ -1,0 +1,239 @@
+"""``RolloutSettings``: every setting of the rollout path, typed, documented and validated in one place.
+
+The :class:`~lit_fgrpo.callbacks.RolloutCallback` takes these as keyword arguments (from Python, or from a config's
+``rollout:`` group); :class:`~lit_fgrpo.rollout.source.RolloutSource` reads them. A wrong value is one
+:class:`~lit_fgrpo.errors.ConfigError` line naming the setting, raised when the settings are built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, get_args
+
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.select import ENGINE_KINDS, EngineKind
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.objectives.group_weights import GroupWeight, weighted_rates
+from lit_fgrpo.rewards import resolve_reward
+from lit_fgrpo.rewards.guarded_call import Isolation
+from lit_fgrpo.rollout.group_filter import DynamicSampling
+
+if TYPE_CHECKING:
+    from lit_fgrpo.rollout.consumer import RolloutConsumer
+
+log = logging.getLogger(__name__)
+
+TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
+"""The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
+
+
+@dataclass
+class RolloutSettings:
+    """How rollouts are generated, scored, synced and scheduled (``--rollout.*`` on the command line)."""
+
+    engine: EngineKind = "hf"
+    """"hf" (the HF engine on the policy itself), "hf_copy" (the same on the engine's own copy of the policy, for
+    ``max_staleness > 0``), "vllm" (colocated vLLM), "vllm_server" (stock ``vllm serve`` processes, launched or given
+    by URL, options in ``engine_kwargs``: :class:`~lit_fgrpo.servers.server_settings.ServerSettings`), or "auto" (vLLM when installed and it pays off: on a GPU; on a
+    CPU only from 10M parameters; see :func:`lit_fgrpo.engines.select.auto_engine_kind`)."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling of training rollouts; ``sampling.n`` is the group size G (>= 2)."""
+    val_samples: int = 16
+    """Completions per held-out prompt in validation/test (>= the largest pass@k k)."""
+    val_temperature: float | None = None
+    """Sampling temperature for validation (default: the training temperature)."""
+    reward_funcs: list[str] | None = None
+    """Reward functions by built-in name (math_answer, maze, reasoning_gym, reasoning_gym_correct) or dotted path
+    ``pkg.module:function``; default ``["maze"]``."""
+    reward_weights: list[float] | None = None
+    """One weight per reward function (default all 1)."""
+    correctness: str | None = None
+    """The function whose score >= ``correct_threshold`` defines "correct" (mu_hat); default the first reward."""
+    correct_threshold: float = 0.5
+    """Score at or above which a completion is correct."""
+    sync_every: int = 1
+    """Push weights into the engine every k optimizer steps (and before validation)."""
+    sync_tolerance: float = 1e-3
+    """Largest allowed |logp_engine - logp_trainer| on the probe after a push (both at temperature 1); a bf16 vLLM
+    engine on GPU needs about 0.25."""
+    sync_probe_rows: int = 2
+    """Rows of the last rollout used as the sync probe (0 disables the check)."""
+    mask_truncated_completions: bool = False
+    """No loss on completions cut at ``max_tokens`` (DAPO overlong filtering)."""
+    validate_at_start: bool = True
+    """Sample the validation prompts once before the first RL step (logged at step 0 as ``val/pass_at_k``)."""
+    log_samples_every: int = 0
+    """Deprecated: use :class:`~lit_fgrpo.callbacks.SampleTable`. Accepted so that old configs parse."""
+    engine_kwargs: dict[str, Any] | None = None
+    """Extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype, max_model_len, ...)."""
+    hf_chunk_size: int = 512
+    """Most rows per HF ``generate`` call."""
+    seed: int = 0
+    """Base sampling seed: prompt p at step s samples with ``prompt_seed(seed, p.position, s, stream)``."""
+    reward_timeout: float | None = None
+    """Seconds one reward call may take; a call past it makes its rows unscorable (counted). None = no limit."""
+    reward_isolation: Isolation = "thread"
+    """Run timed reward calls in a ``thread`` or a worker ``process`` (for functions that are not thread-safe)."""
+    dynamic_sampling: DynamicSampling | None = None
+    """DAPO's dynamic sampling: rounds drawn from the data module until the step has P informative groups."""
+    max_staleness: int = 0
+    """k; 0 = synchronous. k >= 1 generates up to k batches ahead of the trainer on the engine's own weight copy
+    (vLLM or "hf_copy"), corrected with the module's importance weights (``--model.objective.importance_correction``)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.sampling, dict):  # a config's plain mapping
+            self.sampling = SamplingConfig(**self.sampling)
+        if isinstance(self.dynamic_sampling, dict):
+            self.dynamic_sampling = DynamicSampling(**self.dynamic_sampling)
+        where = "RolloutCallback"
+        if self.engine not in ENGINE_KINDS:
+            raise ConfigError(f"{where}.engine must be one of {', '.join(ENGINE_KINDS)}; got {self.engine!r}")
+        if self.engine_kwargs and self.engine in ("hf", "hf_copy"):
+            raise ConfigError(
+                f"{where}.engine_kwargs {sorted(self.engine_kwargs)} are vLLM options; engine {self.engine!r} does not "
+                "use them (drop engine_kwargs, or choose engine: vllm)"
+            )
+        if self.sampling.n < 2:
+            raise ConfigError(
+                f"{where}.sampling.n (the group size G) must be >= 2 for group-relative advantages, "
+                f"got {self.sampling.n}"
+            )
+        if self.val_samples < 1:
+            raise ConfigError(f"{where}.val_samples must be >= 1, got {self.val_samples}")
+        if self.sync_every < 1:
+            raise ConfigError(f"{where}.sync_every must be >= 1, got {self.sync_every}")
+        if self.reward_timeout is not None and not (0 < self.reward_timeout < float("inf")):
+            raise ConfigError(f"{where}.reward_timeout must be a finite number > 0 or null, got {self.reward_timeout}")
+        if self.reward_isolation not in get_args(Isolation):
+            raise ConfigError(f"{where}.reward_isolation must be 'thread' or 'process', got {self.reward_isolation!r}")
+        names = self.reward_names
+        for key, name in [("reward_funcs", n) for n in names] + [("correctness", self.correctness)]:
+            if name is None:
+                continue
+            try:  # an unknown name or a path that does not import: one line, now
+                resolve_reward(name)
+            except (ValueError, ImportError, AttributeError) as err:
+                raise ConfigError(f"{where}.{key}: {err}") from err
+        if self.reward_weights is not None and len(self.reward_weights) != len(names):
+            raise ConfigError(
+                f"{where}.reward_weights has {len(self.reward_weights)} values for {len(names)} reward_funcs"
+            )
+        if self.log_samples_every > 0:
+            log.warning(f"{where}.log_samples_every is ignored: add lit_fgrpo.callbacks.SampleTable instead")
+        check_async_settings(self.max_staleness, self.sync_every, None)
+        if self.max_staleness > 0 and self.dynamic_sampling is not None:
+            raise ConfigError(
+                f"{where}.dynamic_sampling with max_staleness={self.max_staleness}: dynamic sampling draws its "
+                "prompts in rounds that depend on the rewards, which the generator cannot sample ahead; drop one"
+            )
+
+    def check_consumer(self, consumer: RolloutConsumer) -> None:
+        """Refuse (or warn about) settings that do not fit the module that trains on the rollouts."""
+        check_async_settings(self.max_staleness, self.sync_every, consumer.importance_correction)
+        self.check_reachable_groups(consumer.group_weight)
+        ks = consumer.pass_at_k_ks
+        if self.val_samples < max(ks):
+            raise ConfigError(
+                f"RolloutCallback.val_samples={self.val_samples} is fewer than the largest pass@k k={max(ks)} "
+                "(--model.val_pass_at_k); unbiased pass@k needs n >= k"
+            )
+        if float(consumer.temperature) != self.sampling.temperature:
+            # The engine reports log_softmax(z / sampling.temperature); the module divides its logits by its own
+            # temperature. Different values make the importance weights and logprob_mismatch meaningless.
+            log.warning(
+                "RolloutCallback.sampling.temperature=%s differs from the module's temperature=%s: the sampling "
+                "log-probs and the trainer's log-probs are then at different temperatures",
+                self.sampling.temperature,
+                consumer.temperature,
+            )
+
+    def check_reachable_groups(self, weight: GroupWeight) -> None:
+        """Refuse a group weight (a ``band``, a user function) that is 0 at every success rate ``k / G`` a group of
+        ``sampling.n`` can have: no group would ever contribute, and dynamic sampling would drop every round."""
+        n = self.sampling.n
+        if weight.is_identity or weighted_rates(weight, n):
+            return
+        shown = weight.kind if weight.kind != "band" else f"band (low={weight.low}, high={weight.high})"
+        rates = ", ".join(f"{k}/{n}" for k in range(1, n)) if n <= 6 else f"1/{n}, 2/{n}, ..., {n - 1}/{n}"
+        then = (
+            "dynamic_sampling would drop every group of every round"
+            if self.dynamic_sampling is not None
+            else "every advantage would be 0"
+        )
+        raise ConfigError(
+            f"--model.objective.group_weight {shown} is 0 for every success rate a group of --rollout.sampling.n={n} can have "
+            f"({rates}): {then}",
+            hint="widen the band (low < k/G < high for some k), or change --rollout.sampling.n",
+        )
+
+    def check_resumed_group_size(self, saved_n: Any) -> None:
+        """Warn when a checkpoint was trained with another group size (the config's value wins)."""
+        if saved_n is not None and int(saved_n) != self.sampling.n:
+            log.warning(
+                "resuming with RolloutCallback.sampling.n=%d (group size G) but the checkpoint was trained with %d: "
+                "the config's value %d wins from here on",
+                self.sampling.n,
+                int(saved_n),
+                self.sampling.n,
+            )
+
+    @property
+    def reward_names(self) -> list[str]:
+        """The reward functions' names (``["maze"]`` by default)."""
+        return list(self.reward_funcs or ["maze"])
+
+    def train_sampling(self) -> SamplingConfig:
+        """Sampling of training rollouts, with the base seed (each prompt's seed adds its position and the step)."""
+        return replace(self.sampling, seed=self.seed)
+
+    def eval_sampling(self) -> SamplingConfig:
+        """Sampling of evaluation batches: ``val_samples`` per prompt, the validation temperature, the base seed."""
+        temperature = self.val_temperature or self.sampling.temperature
+        return replace(self.sampling, n=self.val_samples, temperature=temperature, seed=self.seed)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Every setting's name."""
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def with_overrides(cls, settings: RolloutSettings | None, overrides: dict[str, Any]) -> RolloutSettings:
+        """``settings`` (or the defaults) with single settings replaced; an unknown name is one line listing all."""
+        unknown = sorted(set(overrides) - set(cls.names()))
+        if unknown:
+            raise ConfigError(f"RolloutCallback has no setting {', '.join(unknown)}; known: {', '.join(cls.names())}")
+        if settings is None:
+            return cls(**overrides)
+        return cls(**({name: getattr(settings, name) for name in cls.names()} | overrides))
+
+
+def check_async_settings(max_staleness: int, sync_every: int, importance_correction: str | None) -> None:
+    """Refuse settings that asynchronous rollouts cannot honour, naming the flag.
+
+    Args:
+        max_staleness: k (``RolloutCallback.max_staleness``).
+        sync_every: ``RolloutCallback.sync_every``; must be 1 (the version is the RL step count).
+        importance_correction: the module's ``importance_correction`` (None: not known yet, not checked).
+
+    Raises:
+        ConfigError: one line naming the flag (a ``ValueError``).
+    """
+    if max_staleness < 0:
+        raise ConfigError(f"--rollout.max_staleness must be >= 0, got {max_staleness}")
+    if max_staleness == 0:
+        return
+    if sync_every != 1:
+        raise ConfigError(
+            f"--rollout.sync_every={sync_every} with --rollout.max_staleness={max_staleness}: asynchronous rollouts "
+            "push the weights after every RL step (the policy version); set sync_every=1"
+        )
+    if importance_correction == "none":
+        raise ConfigError(
+            f"--model.objective.importance_correction=none with --rollout.max_staleness={max_staleness}: stale rollouts "
+            "need the decoupled objective's importance weights; use --model.objective.importance_correction=token (or sequence)"
+        )
+
+
+__all__ = ["TEST_STREAM", "TRAIN_STREAM", "VAL_STREAM", "RolloutSettings", "check_async_settings"]
