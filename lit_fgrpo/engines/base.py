@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lit_fgrpo.engines.sync_check import check_logprob_gap
 from lit_fgrpo.errors import ConfigError
 
 
@@ -104,8 +105,6 @@ class RolloutEngine(ABC):
     ) -> float:
         """The weight-sync check: ``max |score - trainer_logprobs|``, raising ``WeightSyncError`` beyond
         ``tolerance``. An engine with several copies of the weights (servers) checks each of them."""
-        from lit_fgrpo.engines.trainer_logprobs import check_logprob_gap  # scoring imports this module
-
         return check_logprob_gap(self.score(prompt_ids, completion_ids), trainer_logprobs, tolerance, where)
 
     def last_push_metrics(self) -> dict[str, float]:

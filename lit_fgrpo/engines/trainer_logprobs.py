@@ -1,4 +1,4 @@
-"""Teacher-forced log-probs of given completions under a policy, and the weight-sync check built on them.
+"""Teacher-forced log-probs of given completions under a policy, for the weight-sync check of every engine.
 
 One scorer serves the HF engine's ``score``, the vLLM engine's ``verify_sync`` and the rollout callback's
 check after each weight push, so all three compare against the trainer's own log-prob path
@@ -15,12 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from lit_fgrpo.engines.base import Generation
+from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.models.logprobs import completion_logprobs
-from lit_fgrpo.rollout.batch import pad_rollouts
-
-
-class WeightSyncError(RuntimeError):
-    """The engine's log-probs disagree with the trainer's after a weight push (stale or partial weights)."""
 
 
 @contextmanager
@@ -74,19 +70,3 @@ def policy_logprobs(
             model, ids.to(device), attn.to(device), mask.shape[1], temperature=temperature, chunk_rows=chunk_rows
         ).logp.cpu()  # (B, T)
     return [logp[row, : len(c)].clone() for row, c in enumerate(completion_ids)]
-
-
-def check_logprob_gap(
-    engine_logp: Sequence[Tensor], trainer_logp: Sequence[Tensor], tolerance: float, where: str
-) -> float:
-    """``max |logp_engine - logp_trainer|`` over all tokens; raises :class:`WeightSyncError` beyond ``tolerance``."""
-    gap = 0.0
-    for engine_row, trainer_row in zip(engine_logp, trainer_logp):
-        if engine_row.numel():
-            gap = max(gap, float((engine_row.float().cpu() - trainer_row.float().cpu()).abs().max()))
-    if gap > tolerance:
-        raise WeightSyncError(
-            f"{where}: the engine's log-probs differ from the trainer's by {gap:.4g} > tolerance {tolerance:.4g}; "
-            "the engine is generating with stale or partially loaded weights (e.g. a tied lm_head not pushed)"
-        )
-    return gap

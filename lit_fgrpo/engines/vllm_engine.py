@@ -29,7 +29,8 @@ from torch import nn
 from lit_fgrpo.distributed.weight_gather import is_sharded, iter_full_weights
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.cpu_split import CpuSplit
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError, check_logprob_gap, policy_logprobs
+from lit_fgrpo.engines.sync_check import WeightSyncError, check_logprob_gap
+from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION, merged_lora, policy_state_dict, state_dict_to_blob
 from lit_fgrpo.errors import ConfigError
 

@@ -17,39 +17,19 @@ function. Like the focal weight, these assume binary correctness verdicts.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.objectives.group_weights import GroupWeight, check_gamma, focal_weight, group_success_rate
 
-if TYPE_CHECKING:
-    from lit_fgrpo.objectives.group_weights import GroupWeight
+__all__ = ["AdvantageScale", "GroupAdvantages", "check_verdicts", "focal_weight", "group_advantages",
+           "group_success_rate", "weighted_group_advantages"]  # fmt: skip
 
 AdvantageScale = Literal["group", "batch", "none"]
 _SCALES = ("group", "batch", "none")
-
-
-def focal_weight(success_rate: Tensor, gamma: float) -> Tensor:
-    """Focal weight ``g = (1 - success_rate) ** gamma`` (paper eq. 12).
-
-    Args:
-        success_rate: empirical success rate(s) mu_hat in [0, 1], any shape.
-        gamma: focusing exponent >= 0. ``gamma = 0`` returns exactly 1 everywhere (even where mu_hat = 1).
-
-    Returns:
-        A tensor of the same shape as ``success_rate``, in [0, 1].
-    """
-    if not math.isfinite(gamma) or gamma < 0:
-        raise ConfigError(f"focal_weight: gamma must be finite and >= 0, got {gamma}")
-    success_rate = torch.as_tensor(success_rate)
-    if not success_rate.is_floating_point():
-        success_rate = success_rate.float()
-    if gamma == 0:
-        # 0 ** 0 is 1 in torch, but be explicit: gamma = 0 must be *exactly* the base method.
-        return torch.ones_like(success_rate)
-    return (1.0 - success_rate.clamp(0.0, 1.0)) ** gamma
 
 
 def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | None, eps: float) -> None:
@@ -61,8 +41,7 @@ def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | N
         raise ValueError(
             f"group_advantages: success shape {tuple(success.shape)} does not match rewards shape {tuple(rewards.shape)}"
         )
-    if not math.isfinite(gamma) or gamma < 0:
-        raise ConfigError(f"group_advantages: gamma must be finite and >= 0, got {gamma}")
+    check_gamma(gamma, "group_advantages: gamma")
     if not math.isfinite(eps) or eps <= 0:
         raise ConfigError(f"group_advantages: eps must be finite and > 0, got {eps}")
     if scale not in _SCALES:
@@ -91,11 +70,15 @@ def check_verdicts(name: str, verdicts: Tensor) -> None:
         raise ValueError(f"{name} must be boolean (or 0/1 integers), got {int(verdicts[outside][0])}")
 
 
-def group_success_rate(success: Tensor, valid: Tensor) -> Tensor:
-    """mu_hat = (correct and scorable completions) / (scorable completions), per group; (P, G) -> (P,)."""
-    num_valid = valid.sum(dim=1)  # (P,)
-    num_correct = (success & valid).sum(dim=1)  # (P,)
-    return num_correct.to(torch.float64) / num_valid.clamp(min=1).to(torch.float64)  # (P,)
+class GroupAdvantages(NamedTuple):
+    """The advantages of a batch of groups with the per-group quantities they were built from (computed once)."""
+
+    advantages: Tensor
+    """(P, G) advantages, detached, in the rewards' floating dtype (float32 for integer rewards)."""
+    weights: Tensor
+    """(P,) float64 group weights w(mu_hat, G) applied (exactly 1 for plain GRPO)."""
+    success_rate: Tensor
+    """(P,) float64 mu_hat: correct over scorable completions of each group."""
 
 
 def group_advantages(
@@ -127,6 +110,23 @@ def group_advantages(
     _check_inputs(rewards, gamma, scale, success, eps)
     if group_weight is not None and gamma != 0:
         raise ValueError(f"group_advantages: pass gamma ({gamma}) or group_weight ({group_weight.kind!r}), not both")
+    weight = group_weight if group_weight is not None else GroupWeight("focal", gamma=gamma)
+    return weighted_group_advantages(rewards, weight, scale, success, eps).advantages
+
+
+def weighted_group_advantages(
+    rewards: Tensor,
+    weight: GroupWeight,
+    scale: AdvantageScale = "group",
+    success: Tensor | None = None,
+    eps: float = 1e-6,
+) -> GroupAdvantages:
+    """:func:`group_advantages` with its group weight given, returning the weights and success rates it used.
+
+    The training step calls this once and hands the weights and mu_hat to the logged statistics, so that nothing
+    computes them a second time.
+    """
+    _check_inputs(rewards, 0.0, scale, success, eps)
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     r = rewards.detach().to(torch.float64)  # (P, G)
     valid = ~torch.isnan(r)  # (P, G)
@@ -150,12 +150,11 @@ def group_advantages(
     constant = (r_max <= r_min) | (num_valid < 2)  # (P, 1)
     centred = torch.where(constant, torch.zeros_like(centred), centred)
 
-    if gamma != 0:
-        verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
-        weight = focal_weight(group_success_rate(verdict, valid), gamma)  # (P,)
-        centred = centred * weight.unsqueeze(1)
-    elif group_weight is not None and not group_weight.is_identity:
-        verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
-        weight = group_weight(group_success_rate(verdict, valid), num_valid.squeeze(1))  # (P,)
-        centred = centred * weight.unsqueeze(1)
-    return centred.to(out_dtype)
+    verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
+    success_rate = group_success_rate(verdict, valid)  # (P,)
+    if weight.is_identity:  # plain GRPO, bit for bit: no multiplication at all
+        weights = torch.ones_like(success_rate)  # (P,)
+    else:
+        weights = weight(success_rate, num_valid.squeeze(1))  # (P,)
+        centred = centred * weights.unsqueeze(1)
+    return GroupAdvantages(centred.to(out_dtype), weights, success_rate)

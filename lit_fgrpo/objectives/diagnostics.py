@@ -7,30 +7,26 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from lit_fgrpo.objectives.advantages import group_success_rate
-from lit_fgrpo.objectives.group_weights import GroupWeight, group_weight_values
 from lit_fgrpo.objectives.mismatch import logprob_mismatch
 
 
 def rollout_stats(
-    rewards: Tensor, correct: Tensor, advantages: Tensor, weight: GroupWeight | float, completion_mask: Tensor
+    rewards: Tensor, advantages: Tensor, weights: Tensor, success_rate: Tensor, completion_mask: Tensor
 ) -> dict[str, float]:
     """``rollout/*`` and ``focal/*`` statistics of one rollout batch.
 
     Args:
         rewards: (P, G) rewards, NaN where unscorable.
-        correct: (P, G) verdicts.
         advantages: (P, G) advantages as trained on (a group is active when any advantage is non-zero).
-        weight: the group weight the advantages were multiplied by (a float is the focal ``gamma``);
-            ``focal/weight_*`` are its values (:func:`group_weight_values`, the applied ones) over the active groups.
+        weights: (P,) the group weights the advantages were multiplied by; ``focal/weight_*`` are their mean and
+            minimum over the active groups.
+        success_rate: (P,) each group's mu_hat (both as :func:`~lit_fgrpo.objectives.weighted_group_advantages`
+            returns them).
         completion_mask: (B, T) trained completion tokens.
     """
     valid = ~torch.isnan(rewards)  # (P, G)
     active = (advantages != 0).any(dim=1)  # (P,)
-    mu_hat = group_success_rate(correct, valid)  # (P,)
-    if not isinstance(weight, GroupWeight):
-        weight = GroupWeight("focal", gamma=float(weight))
-    weights = group_weight_values(rewards, weight, correct)  # (P,)
+    mu_hat = success_rate  # (P,)
     lengths = completion_mask.sum(dim=1)  # (B,)
     return {
         "rollout/reward_mean": float(torch.nanmean(rewards)),

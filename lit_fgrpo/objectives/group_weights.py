@@ -35,12 +35,48 @@ import torch
 from torch import Tensor
 
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.objectives.advantages import focal_weight, group_success_rate
 
 GroupWeightKind = Literal["focal", "maxrl", "band"]
 GROUP_WEIGHT_KINDS: tuple[str, ...] = ("focal", "maxrl", "band")
 GroupWeightFn = Callable[[Tensor, Tensor], Tensor]
 _ARG = "--model.objective.group_weight"  # the setting's name in error messages
+
+
+def check_gamma(gamma: float, name: str) -> None:
+    """The one rule for the focal exponent: finite and >= 0; ``name`` is the flag or argument in the message.
+
+    Raises:
+        ConfigError: ``<name> must be finite and >= 0, got <gamma>``.
+    """
+    if not math.isfinite(gamma) or gamma < 0:
+        raise ConfigError(f"{name} must be finite and >= 0, got {gamma}")
+
+
+def focal_weight(success_rate: Tensor, gamma: float) -> Tensor:
+    """Focal weight ``g = (1 - success_rate) ** gamma`` (paper eq. 12).
+
+    Args:
+        success_rate: empirical success rate(s) mu_hat in [0, 1], any shape.
+        gamma: focusing exponent >= 0. ``gamma = 0`` returns exactly 1 everywhere (even where mu_hat = 1).
+
+    Returns:
+        A tensor of the same shape as ``success_rate``, in [0, 1].
+    """
+    check_gamma(gamma, "focal_weight: gamma")
+    success_rate = torch.as_tensor(success_rate)
+    if not success_rate.is_floating_point():
+        success_rate = success_rate.float()
+    if gamma == 0:
+        # 0 ** 0 is 1 in torch, but be explicit: gamma = 0 must be *exactly* the base method.
+        return torch.ones_like(success_rate)
+    return (1.0 - success_rate.clamp(0.0, 1.0)) ** gamma
+
+
+def group_success_rate(success: Tensor, valid: Tensor) -> Tensor:
+    """mu_hat = (correct and scorable completions) / (scorable completions), per group; (P, G) -> (P,)."""
+    num_valid = valid.sum(dim=1)  # (P,)
+    num_correct = (success & valid).sum(dim=1)  # (P,)
+    return num_correct.to(torch.float64) / num_valid.clamp(min=1).to(torch.float64)  # (P,)
 
 
 def _load_dotted(path: str, arg: str) -> GroupWeightFn:
@@ -78,8 +114,7 @@ class GroupWeight:
         a = _ARG
         if not isinstance(self.kind, str) or not self.kind:
             raise ValueError(f"{a}: kind must be one of {GROUP_WEIGHT_KINDS} or a dotted path, got {self.kind!r}")
-        if not math.isfinite(self.gamma) or self.gamma < 0:
-            raise ValueError(f"{a}.gamma must be finite and >= 0, got {self.gamma}")
+        check_gamma(self.gamma, f"{a}.gamma")
         if self.kind != "focal" and self.gamma != 0:
             raise ValueError(f"{a}.gamma is the focal exponent; it must be 0 for kind {self.kind!r}")
         if not (0.0 <= self.low < self.high <= 1.0):

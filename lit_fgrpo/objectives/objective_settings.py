@@ -15,7 +15,7 @@ from typing import Literal, get_args
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.advantages import AdvantageScale
 from lit_fgrpo.objectives.aggregation import clip_range
-from lit_fgrpo.objectives.group_weights import GroupWeight
+from lit_fgrpo.objectives.group_weights import GroupWeight, check_gamma
 from lit_fgrpo.objectives.loss_types import LossType, loss_spec
 
 ImportanceCorrection = Literal["none", "token", "sequence"]
@@ -56,7 +56,7 @@ class ObjectiveSettings:
     def __post_init__(self) -> None:
         if isinstance(self.group_weight, Mapping):  # as stored in a checkpoint's hyperparameters
             object.__setattr__(self, "group_weight", GroupWeight(**self.group_weight))
-        for name in ("gamma", "epsilon", "epsilon_high", "beta", "advantage_eps", "temperature", "importance_cap"):
+        for name in ("epsilon", "epsilon_high", "beta", "advantage_eps", "temperature", "importance_cap"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(float(value)):
                 raise ConfigError(f"{FLAG}.{name} must be finite, got {value}")
@@ -66,6 +66,7 @@ class ObjectiveSettings:
                 "the group weight replaces the focal one",
                 hint=f"set {FLAG}.gamma 0 to use {FLAG}.group_weight, or drop group_weight for F-GRPO",
             )
+        check_gamma(float(self.gamma), f"{FLAG}.gamma")
         loss_spec(self.loss_type)  # the table's one-line refusal of an unknown name
         for name, choices in (("scale_rewards", AdvantageScale), ("importance_correction", ImportanceCorrection)):
             if getattr(self, name) not in get_args(choices):
@@ -78,7 +79,6 @@ class ObjectiveSettings:
             (epsilon is None or high is None or high >= epsilon, f"{FLAG}.epsilon_high={high} is below "
              f"{FLAG}.epsilon={epsilon}: the clip range's upper side 1 + epsilon_high would be narrower than its "
              "lower one (the asymmetric clip widens the upper side)"),
-            (self.gamma >= 0, f"{FLAG}.gamma must be >= 0, got {self.gamma}"),
             (self.beta >= 0, f"{FLAG}.beta must be >= 0, got {self.beta}"),
             (self.temperature > 0, f"{FLAG}.temperature must be > 0, got {self.temperature}"),
             (self.advantage_eps > 0, f"{FLAG}.advantage_eps must be > 0, got {self.advantage_eps}"),

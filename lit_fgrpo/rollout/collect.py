@@ -20,9 +20,10 @@ import torch
 
 from lit_fgrpo.distributed.seeding import prompt_seed
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.guarded_call import Isolation
-from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
+from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.columns import columns_per_completion
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError, check_logprob_gap
+from lit_fgrpo.engines.sync_check import WeightSyncError, check_logprob_gap
 from lit_fgrpo.engines.vllm_worker import merged_lora, policy_state_dict
 from lit_fgrpo.servers import protocol
 from lit_fgrpo.servers.adapters import adapter_name, adapter_rank, write_adapter

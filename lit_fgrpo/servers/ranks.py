@@ -36,7 +36,7 @@ from torch import nn
 
 from lit_fgrpo.distributed.failures import RankFailure, describe, is_distributed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
+from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.servers.errors import ServerError
 

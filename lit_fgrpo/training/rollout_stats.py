@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from lit_fgrpo.distributed.reduction import gather_objects
+from lit_fgrpo.objectives.advantages import GroupAdvantages
 from lit_fgrpo.objectives.diagnostics import rollout_stats
-from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.group_filter import keep_rate
 
@@ -53,28 +53,28 @@ def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float
     return out
 
 
-def global_rollout_stats(
-    rollout: RolloutBatch, advantages: torch.Tensor, gamma: GroupWeight | float
-) -> dict[str, float]:
+def global_rollout_stats(rollout: RolloutBatch, grouped: GroupAdvantages) -> dict[str, float]:
     """:func:`~lit_fgrpo.objectives.diagnostics.rollout_stats` of the global batch plus the collector's statistics.
 
     A collective under DDP: every rank must call it once per training step.
 
     Args:
         rollout: This rank's rollout.
-        advantages: (P, G) advantages as trained on.
-        gamma: The group weight applied (or a focal exponent).
+        grouped: This rank's advantages as trained on, with the group weights and success rates they were built
+            from (:func:`~lit_fgrpo.objectives.weighted_group_advantages`): nothing is computed a second time.
     """
     local: dict[str, Any] = {
         "rewards": rollout.rewards.detach().cpu(),  # (P, G)
-        "correct": rollout.correct.detach().cpu(),  # (P, G)
-        "advantages": advantages.detach().cpu(),  # (P, G)
+        "advantages": grouped.advantages.detach().cpu(),  # (P, G)
+        "weights": grouped.weights.detach().cpu(),  # (P,)
+        "success_rate": grouped.success_rate.detach().cpu(),  # (P,)
         "lengths": rollout.completion_mask.sum(dim=1).cpu(),  # (B,)
         "stats": dict(rollout.stats),
     }
     parts = gather_objects(local)
-    rewards, correct, advs = (torch.cat([p[key] for p in parts]) for key in ("rewards", "correct", "advantages"))
+    keys = ("rewards", "advantages", "weights", "success_rate")
+    rewards, advs, weights, success_rate = (torch.cat([p[key] for p in parts]) for key in keys)
     lengths = torch.cat([p["lengths"] for p in parts])  # (B_global,)
     # rollout_stats only sums its mask per row: a (B, 1) column of lengths gives the same lengths
-    values = rollout_stats(rewards, correct, advs, gamma, lengths.unsqueeze(1))
+    values = rollout_stats(rewards, advs, weights, success_rate, lengths.unsqueeze(1))
     return values | combine_collector_stats([p["stats"] for p in parts])

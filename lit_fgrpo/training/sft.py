@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_fgrpo.engines.base import Generation
+from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.reporting.progress import Mode, progress
-from lit_fgrpo.rollout.batch import pad_rollouts
 
 log = logging.getLogger(__name__)
 

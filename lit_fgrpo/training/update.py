@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from lit_fgrpo.distributed import per_rank_mini_batch
 from lit_fgrpo.engines.trainer_logprobs import eval_mode, train_mode
 from lit_fgrpo.models.logprobs import TokenLogprobs, completion_logprobs
-from lit_fgrpo.objectives import AdvantageScale, GroupWeight, LossType, group_advantages
+from lit_fgrpo.objectives import AdvantageScale, GroupAdvantages, GroupWeight, LossType, weighted_group_advantages
 from lit_fgrpo.objectives.aggregation import piece_aggregation, token_divisor
 from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
@@ -134,20 +134,24 @@ class PolicyUpdate:
     device: torch.device | str
     """Where the rollout's tensors go."""
 
+    def grouped(self, rollout: RolloutBatch) -> GroupAdvantages:
+        """(P, G) group advantages weighted by ``settings.group_weight``, with the (P,) weights and success rates."""
+        s = self.settings
+        return weighted_group_advantages(
+            rollout.rewards, s.group_weight, s.scale_rewards, rollout.correct, s.advantage_eps
+        )
+
     def advantages(self, rollout: RolloutBatch) -> Tensor:
         """(P, G) group advantages, weighted by ``settings.group_weight``."""
-        s = self.settings
-        return group_advantages(
-            rollout.rewards, 0.0, s.scale_rewards, rollout.correct, s.advantage_eps, group_weight=s.group_weight
-        ).to(self.device)
+        return self.grouped(rollout).advantages.to(self.device)
 
     def step(self, rollout: RolloutBatch, optimizer: OptimizerStep, comm: Collectives) -> UpdateResult:
         """Train on one rollout: ``num_iterations`` passes of mini-batch optimizer steps, and the step's statistics."""
         s = self.settings
         rollout = rollout.to(self.device)
         P, G = rollout.num_prompts, rollout.group_size
-        advantages = self.advantages(rollout)  # (P, G)
-        flat_adv = advantages.reshape(-1)  # (B,)
+        grouped = self.grouped(rollout)  # advantages (P, G), weights and success rates (P,): once per step
+        flat_adv = grouped.advantages.to(self.device).reshape(-1)  # (B,)
         mask = rollout.completion_mask  # (B, T)
         world = comm.world_size
         prompts_per_step = per_rank_mini_batch(s.mini_batch_prompts, world) or P
@@ -197,7 +201,7 @@ class PolicyUpdate:
         with self.timer.phase("log"):
             values = train_stats(pieces, s.num_iterations * num_minibatches, trained_tokens / max(elapsed, 1e-9))
             values["train/nonfinite_skips"] = float(self.guard.num_skipped)
-            values |= global_rollout_stats(rollout, advantages, s.group_weight)  # over all ranks
+            values |= global_rollout_stats(rollout, grouped)  # over all ranks
             values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
         loss = torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
         return UpdateResult(loss, values, P)

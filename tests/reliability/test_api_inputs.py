@@ -93,7 +93,7 @@ def test_pass_at_k_refuses_fractional_counts() -> None:
         ({"adam_betas": (0.9,)}, "--model.optimizer.adam_betas must be two numbers, got [0.9]"),
         ({"lr": math.nan}, "--model.optimizer.lr must be finite, got nan"),
         ({"temperature": math.inf}, "--model.objective.temperature must be finite, got inf"),
-        ({"gamma": math.nan}, "--model.objective.gamma must be finite, got nan"),
+        ({"gamma": math.nan}, "--model.objective.gamma must be finite and >= 0, got nan"),
         ({"max_grad_norm": math.nan}, "--model.optimizer.max_grad_norm must be finite, got nan"),
     ],
     ids=[

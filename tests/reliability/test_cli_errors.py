@@ -67,7 +67,7 @@ HINT = "hint: run `lit-fgrpo fit --help` for every setting and its type"
         (["--model.objective.gamma", "abc"], ["error: --model.objective.gamma: expected float, got abc", HINT]),
         (["--trainer.max_steps", "x"], ["error: --trainer.max_steps: expected int, got x", HINT]),
         (["--model.nosuch", "3"], ["error: unrecognized arguments: --model.nosuch 3", HINT]),
-        (["--model.objective.gamma", "-1"], ["error: --model.objective.gamma must be >= 0, got -1.0"]),
+        (["--model.objective.gamma", "-1"], ["error: --model.objective.gamma must be finite and >= 0, got -1.0"]),
         (["--model.objective.gamma", "nan"], ["error: --model.objective.gamma: expected float, got nan", HINT]),
         (
             ["--model.objective.epsilon", "1.5"],
@@ -157,7 +157,7 @@ def test_debug_shows_the_traceback(config: Path, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(argparse.ArgumentError):
         main(["fit", "--config", str(config), "--model.objective.gamma", "abc", "--debug"])
     monkeypatch.setenv("LIT_FGRPO_DEBUG", "1")
-    with pytest.raises(ValueError, match="--model.objective.gamma must be >= 0"):
+    with pytest.raises(ValueError, match="--model.objective.gamma must be finite and >= 0"):
         main(["fit", "--config", str(config), "--model.objective.gamma", "-1"])
 
 

@@ -21,8 +21,9 @@ from torch import nn
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.hf import HFEngine
 from lit_fgrpo.engines.hf_copy import HFCopyEngine
+from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.models.logprobs import completion_logprobs
-from lit_fgrpo.rollout.batch import RolloutBatch, pad_rollouts
+from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
 from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import TINY_MODEL

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_fgrpo.engines.hf_copy import HFCopyEngine
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
+from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.rollout.engine_sync import EngineSync
 from tests.training.tiny_setup import tiny_module
 

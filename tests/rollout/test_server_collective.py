@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError
+from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.servers import ServerError
 from lit_fgrpo.servers.collective import PushGroups

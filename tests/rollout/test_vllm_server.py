@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from lit_fgrpo.engines.base import SamplingConfig
-from lit_fgrpo.engines.trainer_logprobs import WeightSyncError, policy_logprobs
+from lit_fgrpo.engines.sync_check import WeightSyncError
+from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.models.lora import LoraSettings, apply_lora
 from lit_fgrpo.rollout import PromptBatch
 from lit_fgrpo.rollout.generator_thread import TakenBatch

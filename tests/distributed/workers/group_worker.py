@@ -24,7 +24,7 @@ from lit_fgrpo.distributed import (
     iter_full_weights,
 )
 from lit_fgrpo.engines.vllm_worker import policy_state_dict
-from lit_fgrpo.objectives import group_advantages
+from lit_fgrpo.objectives import GroupAdvantages, GroupWeight, weighted_group_advantages
 from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.training.rollout_stats import global_rollout_stats
@@ -116,30 +116,30 @@ def reduce() -> None:
     print(f"rank {rank}: reductions match")
 
 
-def toy_rollout(prompts: range) -> tuple[RolloutBatch, torch.Tensor]:
+def toy_rollout(prompts: range) -> tuple[RolloutBatch, GroupAdvantages]:
     """A rollout of the given global prompts (G = 4), deterministic per prompt; and its (P, G) advantages."""
     g = torch.Generator().manual_seed(0)
     rewards = torch.rand(12, 4, generator=g).round(decimals=1)  # (12, G)
     rewards[0, 1] = rewards[1, 2] = float("nan")  # unscorable rows, one on each rank of 2
     rewards = rewards[list(prompts)]  # (P, G)
     correct = rewards > 0.5  # (P, G)
-    advantages = group_advantages(rewards, 0.5, "group", correct)  # (P, G)
+    grouped = weighted_group_advantages(rewards, GroupWeight("focal", gamma=0.5), "group", correct)
     lengths = torch.randint(1, 9, (12 * 4,), generator=g).view(12, 4)[list(prompts)].reshape(-1)  # (B,)
     mask = (torch.arange(8) < lengths.unsqueeze(1)).float()  # (B, T)
     ids = torch.zeros(mask.shape, dtype=torch.long)
     failed = float(torch.isnan(rewards).sum())
     stats = {"failed_maze": failed, "frac_truncated": float((lengths == 8).float().mean()), "tokens_per_s": 10.0}
-    return RolloutBatch(ids, ids, mask, rewards, correct, 8, stats=stats), advantages
+    return RolloutBatch(ids, ids, mask, rewards, correct, 8, stats=stats), grouped
 
 
 def rollout_statistics(rank: int, world: int) -> None:
     """The logged statistics of rank r's strided share equal those of the whole batch (one process's)."""
     whole, whole_adv = toy_rollout(range(12))
     share, share_adv = toy_rollout(range(rank, 12, world))
-    expected = rollout_stats(whole.rewards, whole.correct, whole_adv, 0.5, whole.completion_mask)
+    expected = rollout_stats(whole.rewards, *whole_adv, whole.completion_mask)
     expected |= {"rollout/failed_maze": 2.0, "rollout/tokens_per_s": 10.0 * world}
     expected["rollout/frac_truncated"] = float((whole.completion_mask.sum(1) == 8).float().mean())
-    got = global_rollout_stats(share, share_adv, 0.5)
+    got = global_rollout_stats(share, share_adv)
     assert got.keys() == expected.keys(), sorted(set(got) ^ set(expected))
     for key, value in expected.items():
         assert abs(got[key] - value) < 1e-6, (key, got[key], value)

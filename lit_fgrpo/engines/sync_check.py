@@ -1,0 +1,31 @@
+"""The weight-sync check: after a push, the engine's log-probs of a few completions must equal the trainer's.
+
+Pure tensor code shared by every engine (``RolloutEngine.check_sync``, the vLLM engine, the server engine and its
+ranks); the trainer's side of the comparison comes from :func:`~lit_fgrpo.engines.trainer_logprobs.policy_logprobs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import Tensor
+
+
+class WeightSyncError(RuntimeError):
+    """The engine's log-probs disagree with the trainer's after a weight push (stale or partial weights)."""
+
+
+def check_logprob_gap(
+    engine_logp: Sequence[Tensor], trainer_logp: Sequence[Tensor], tolerance: float, where: str
+) -> float:
+    """``max |logp_engine - logp_trainer|`` over all tokens; raises :class:`WeightSyncError` beyond ``tolerance``."""
+    gap = 0.0
+    for engine_row, trainer_row in zip(engine_logp, trainer_logp):
+        if engine_row.numel():
+            gap = max(gap, float((engine_row.float().cpu() - trainer_row.float().cpu()).abs().max()))
+    if gap > tolerance:
+        raise WeightSyncError(
+            f"{where}: the engine's log-probs differ from the trainer's by {gap:.4g} > tolerance {tolerance:.4g}; "
+            "the engine is generating with stale or partially loaded weights (e.g. a tied lm_head not pushed)"
+        )
+    return gap
