@@ -20,16 +20,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from lit_fgrpo.data.records import PromptRecord
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
+from lit_fgrpo.rollout.parts import RolloutParts, StepContext
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
-
-if TYPE_CHECKING:
-    from lit_fgrpo.rollout.source import RolloutSource, StepContext
 
 
 def as_plain(batch: RolloutBatch) -> dict[str, Any]:
@@ -150,7 +148,7 @@ class AsyncRollouts:
 
     def __init__(self, max_staleness: int) -> None:
         self.max_staleness = max_staleness
-        self._source: RolloutSource | None = None
+        self._parts: RolloutParts | None = None
         self.driver = AsyncRolloutDriver(max_staleness, self._collect_ahead, self._push_from_runner)
         """The runner of the current fit (its ``last`` batch tells the staleness of what was handed over)."""
 
@@ -159,33 +157,30 @@ class AsyncRollouts:
         """The batch handed over last (its index, version, staleness, stats)."""
         return self.driver.last
 
-    def start(self, source: RolloutSource, data: Any) -> None:
-        assert source.engine is not None
-        check_engine_for_async(source.engine, self.max_staleness)
-        self._source = source
+    def start(self, parts: RolloutParts, data: Any) -> None:
+        check_engine_for_async(parts.collector.engine, self.max_staleness)
+        self._parts = parts
 
     def _collect_ahead(self, records: Sequence[PromptRecord], step: int) -> RolloutBatch:
         """The runner's sampling of training batch ``step`` (generator thread): seeded as the synchronous step."""
-        assert self._source is not None
-        return self._source.collect(records, self._source.settings.train_sampling(), step, TRAIN_STREAM)
+        assert self._parts is not None
+        return self._parts.collect(list(records), step, TRAIN_STREAM)
 
     def _push_from_runner(self) -> None:
         """The runner's weight push (trainer thread, generator paused): sync and check, as the synchronous loop."""
-        assert self._source is not None
-        self._source.engine_sync.sync(self._source.step)
+        assert self._parts is not None
+        self._parts.engine_sync.sync(self._parts.step)
 
-    def take(
-        self, source: RolloutSource, batch: PromptBatch, ctx: StepContext
-    ) -> tuple[RolloutBatch, dict[str, float]]:
-        self._source = source
-        with self.driver.paused(), source.timer.phase("sync"):
-            source.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
-        with source.timer.phase("wait"):  # the trainer waiting on the generator thread
+    def take(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
+        self._parts = parts
+        with self.driver.paused(), parts.timer.phase("sync"):
+            parts.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
+        with parts.timer.phase("wait"):  # the trainer waiting on the generator thread
             taken = self.driver.take(ctx.data, batch)
         return taken.batch, taken.stats
 
-    def after_step(self, source: RolloutSource, step: int) -> None:
-        with source.timer.phase("sync"):
+    def after_step(self, parts: RolloutParts, step: int) -> None:
+        with parts.timer.phase("sync"):
             self.driver.push()  # version = RL steps done; waits for the generator's claims
 
     def paused(self) -> AbstractContextManager[Any]:

@@ -10,18 +10,16 @@ step; its records are not trained on. Pushes are the synchronous schedule's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.group_filter import DynamicSampling, Lockstep, dynamic_sample, ranks_round_need
+from lit_fgrpo.rollout.parts import RolloutParts, StepContext
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
 from lit_fgrpo.rollout.sync_schedule import SyncRollouts
-
-if TYPE_CHECKING:
-    from lit_fgrpo.rollout.source import RolloutSource, StepContext
 
 DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
 """Dynamic-sampling round r of training step s seeds its prompts with step ``s + r * DYNAMIC_ROUND_SEED_OFFSET``."""
@@ -103,24 +101,23 @@ class DynamicRollouts(SyncRollouts):
     def __init__(self, config: DynamicSampling) -> None:
         self.config = config
 
-    def start(self, source: RolloutSource, data: Any) -> None:
+    def start(self, parts: RolloutParts, data: Any) -> None:
         prompt_source(data)  # refuse a data module without draw_prompts before any work
 
-    def sample(self, source: RolloutSource, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
+    def sample(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
         """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
-        assert source.collector is not None and source.consumer is not None
-        sampling, engine = source.settings.train_sampling(), source.collector.engine
+        sampling, engine = parts.settings.train_sampling(), parts.collector.engine
 
         def collect(records: list[Any], seed_step: int) -> RolloutBatch:
-            return source.collect(records, sampling, seed_step, TRAIN_STREAM)
+            return parts.collect(list(records), seed_step, TRAIN_STREAM)
 
         return dynamic_rollout(
             collect,
             prompt_source(ctx.data),
             len(batch.records),
             self.config,
-            source.consumer.group_weight,
-            source.collector.pad_token_id,
+            parts.consumer.group_weight,
+            parts.collector.pad_token_id,
             ctx.step,
             ctx.world_size,
             join=lambda: engine.join_round(sampling),

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from lit_fgrpo.rollout.async_schedule import AsyncRollouts
 from lit_fgrpo.rollout.dynamic_schedule import DynamicRollouts
+from lit_fgrpo.rollout.parts import Schedule
 from lit_fgrpo.rollout.rollout_settings import RolloutSettings
 from lit_fgrpo.rollout.sync_schedule import SyncRollouts
-
-if TYPE_CHECKING:
-    from lit_fgrpo.rollout.source import Schedule
 
 
 def schedule_for(settings: RolloutSettings) -> Schedule:

@@ -14,9 +14,7 @@ call here (``take``, ``after_step``, ``evaluation``, ``evaluate``, ``close``, ``
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -29,47 +27,9 @@ from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.consumer import RolloutConsumer
 from lit_fgrpo.rollout.engine_sync import EngineSync, LogFn
+from lit_fgrpo.rollout.parts import RolloutParts, Schedule, StepContext
 from lit_fgrpo.rollout.rollout_settings import VAL_STREAM, RolloutSettings
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """The trainer's state a schedule needs for one training batch."""
-
-    step: int
-    """Optimizer steps done (Lightning's ``global_step``): seeds the batch and names it in messages."""
-    world_size: int
-    """Ranks training together (dynamic sampling draws in lockstep across them)."""
-    data: Any
-    """The data module (dynamic sampling draws prompts from it; asynchronous rollouts read batches ahead)."""
-
-
-class Schedule(Protocol):
-    """One rollout mode: when to sample, from which prompts, and when to push weights."""
-
-    def start(self, source: RolloutSource, data: Any) -> None:
-        """Refuse, before any work, a data module or engine this mode cannot use."""
-        ...
-
-    def take(
-        self, source: RolloutSource, batch: PromptBatch, ctx: StepContext
-    ) -> tuple[RolloutBatch, dict[str, float]]:
-        """The rollout to train on for Lightning's batch ``batch``, and metrics for the module to log."""
-        ...
-
-    def after_step(self, source: RolloutSource, step: int) -> None:
-        """After the optimizer steps of a training batch (``step`` = optimizer steps done): push as this mode says."""
-        ...
-
-    def paused(self) -> AbstractContextManager[Any]:
-        """Exclusive use of the engine (evaluation while a generator thread runs)."""
-        ...
-
-    def close(self) -> None: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+from lit_fgrpo.rollout.schedules import schedule_for
 
 
 class RolloutSource:
@@ -81,8 +41,6 @@ class RolloutSource:
     """
 
     def __init__(self, settings: RolloutSettings, schedule: Schedule | None = None) -> None:
-        from lit_fgrpo.rollout.schedules import schedule_for
-
         self.settings = settings
         self.schedule: Schedule = schedule if schedule is not None else schedule_for(settings)
         self.engine_sync = EngineSync(
@@ -96,6 +54,7 @@ class RolloutSource:
         self._reward_funcs = [resolve_reward(name) for name in settings.reward_names]
         self._correctness = resolve_reward(settings.correctness) if settings.correctness else self._reward_funcs[0]
         self.collector: RolloutCollector | None = None
+        self._parts: RolloutParts | None = None
         self.consumer: RolloutConsumer | None = None
         self.timer = PhaseTimer()
         """The consumer's step timer once bound (a private one, never logged, before)."""
@@ -136,6 +95,15 @@ class RolloutSource:
             self.engine_sync.collector = self.collector  # its last rollout is the next push's probe
         return self.collector
 
+    def parts(self) -> RolloutParts:
+        """The parts handed to the schedule (built with the engine; the step and timer of the call in progress)."""
+        collector = self.build()
+        assert self.consumer is not None
+        if self._parts is None or self._parts.collector is not collector:
+            self._parts = RolloutParts(self.settings, self.engine_sync, collector, self.consumer, self.timer)
+        self._parts.timer, self._parts.consumer, self._parts.step = self.timer, self.consumer, self.step
+        return self._parts
+
     def push(self, step: int) -> None:
         """Push the policy's weights into the engine and check them; the metrics are logged at ``step``."""
         self.build()
@@ -158,16 +126,18 @@ class RolloutSource:
     def take(self, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout to train on for Lightning's training batch (by this source's schedule)."""
         self.step = ctx.step
-        return self.schedule.take(self, batch, ctx)
+        return self.schedule.take(self.parts(), batch, ctx)
 
     def after_step(self, step: int) -> None:
         """After a training batch's optimizer steps: push the weights as the schedule says."""
         self.step = step
-        self.schedule.after_step(self, step)
+        self.schedule.after_step(self.parts(), step)
 
     def evaluation(self, batch: PromptBatch, step: int, stream: int, in_fit: bool) -> RolloutBatch:
         """A validation/test batch with the evaluation sampling, on weights that are the policy's."""
         self.step = step
+        if self._parts is not None:
+            self._parts.step = step  # a push made while evaluating logs at this step
         with self.schedule.paused():
             self.ensure_synced(step, batch.prompt_ids, evaluation_in_fit=in_fit)
             return self.collect(batch.records, self.settings.eval_sampling(), step, stream)
@@ -201,15 +171,15 @@ class RolloutSource:
     def start(self, data: Any) -> None:
         """A fit starts: the engine is built and marked stale (a warm start or a restore changes the policy after
         it), and the schedule checks the data module and the engine."""
-        self.build()
+        parts = self.parts()
         self.engine_sync.stale = True
-        self.schedule.start(self, data)
+        self.schedule.start(parts, data)
 
     def close(self) -> None:
         """Stop generating, then shut the engine down (a later use builds a new one)."""
         self.schedule.close()
         self.engine_sync.close()
-        self.collector = None
+        self.collector = self._parts = None
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_sync_step": self.engine_sync.last_sync_step} | self.schedule.state_dict()

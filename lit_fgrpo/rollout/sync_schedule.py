@@ -10,52 +10,44 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
+from lit_fgrpo.rollout.parts import RolloutParts, StepContext
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
-
-if TYPE_CHECKING:
-    from lit_fgrpo.rollout.source import RolloutSource, StepContext
 
 
 class SyncRollouts:
     """The synchronous schedule; :class:`~lit_fgrpo.rollout.dynamic_schedule.DynamicRollouts` changes only :meth:`sample`."""
 
-    def start(self, source: RolloutSource, data: Any) -> None:
+    def start(self, parts: RolloutParts, data: Any) -> None:
         """Nothing to check: any data module whose batches are prompt records will do."""
 
-    def sample(self, source: RolloutSource, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
+    def sample(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
         """The scored groups of the loader's prompts, seeded by the step."""
         # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
-        assert source.collector is not None, "RolloutSource.start has not run"
         with fail_together(f"the rollout at step {ctx.step}"):
-            return source.collector.collect(
-                batch.records, source.settings.train_sampling(), step=ctx.step, stream=TRAIN_STREAM
-            )
+            return parts.collect(batch.records, ctx.step, TRAIN_STREAM)
 
-    def take(
-        self, source: RolloutSource, batch: PromptBatch, ctx: StepContext
-    ) -> tuple[RolloutBatch, dict[str, float]]:
-        timer = source.timer
+    def take(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
+        timer = parts.timer
         with timer.phase("sync"):
-            source.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
+            parts.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
         start = time.perf_counter()
-        rollout = self.sample(source, batch, ctx)
+        rollout = self.sample(parts, batch, ctx)
         # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
         generate = rollout.stats.get("generation_seconds", 0.0)
         timer.add("generate", generate)
         timer.add("reward", time.perf_counter() - start - generate)
         timer.add_tokens("generate", sum(len(ids) for ids in rollout.completion_ids))
-        assert source.engine is not None
-        source.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
+        parts.collector.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
         return rollout, {}
 
-    def after_step(self, source: RolloutSource, step: int) -> None:
-        if step - source.engine_sync.last_sync_step >= source.settings.sync_every:
-            with source.timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
-                source.engine_sync.sync(step)
+    def after_step(self, parts: RolloutParts, step: int) -> None:
+        if step - parts.engine_sync.last_sync_step >= parts.settings.sync_every:
+            with parts.timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
+                parts.engine_sync.sync(step)
 
     def paused(self) -> AbstractContextManager[Any]:
         return nullcontext()
