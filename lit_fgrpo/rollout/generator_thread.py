@@ -1,8 +1,8 @@
 """``StalenessBoundedRollouts``: generate the next rollout batches while the trainer trains, k versions at most.
 
 The trainer loop is ``take()`` (a batch) → train → ``push_weights(version)``. With ``max_staleness = k >= 1`` a
-background thread calls ``collect_fn`` on the prompt batches ahead of the trainer; with ``k = 0`` there is no
-thread and ``take()`` calls ``collect_fn`` itself (exactly the synchronous loop).
+background thread calls ``collect_fn`` on the prompt batches ahead of the trainer (``k = 0`` is not a thread: it is
+the synchronous schedule, :class:`~lit_fgrpo.rollout.sync_schedule.SyncRollouts`).
 
 Schedule. Prompt batch ``i`` is sampled with seed ``base_seed + i``. The generator may *claim* batch ``i`` once the
 trainer has taken batch ``i - k`` (``i < taken + k``), and records the policy version ``v_s`` the engine holds then.
@@ -106,12 +106,12 @@ class StalenessBoundedRollouts(Generic[R, B]):
         collect_fn: Callable[[Sequence[R], int], B],
         batch_source: Callable[[int], Sequence[R]],
         sync_fn: Callable[[], None],
-        max_staleness: int = 0,
+        max_staleness: int = 1,
         base_seed: int = 0,
         initial_version: int = 0,
     ) -> None:
-        if max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        if max_staleness < 1:  # k = 0 is the synchronous schedule (SyncRollouts): no thread, no second path here
+            raise ValueError(f"max_staleness must be >= 1 for a generator thread, got {max_staleness}")
         self.collect_fn = collect_fn
         self.batch_source = batch_source
         self.sync_fn = sync_fn
@@ -146,8 +146,6 @@ class StalenessBoundedRollouts(Generic[R, B]):
     def take(self) -> TakenBatch[B]:
         """The next batch, in source order, at most ``max_staleness`` versions old; blocks until it is ready."""
         start = time.perf_counter()
-        if self.max_staleness == 0:
-            return self._take_sync(start)
         self._start_thread()
         with self._cond:
             index = self._taken
@@ -171,7 +169,7 @@ class StalenessBoundedRollouts(Generic[R, B]):
         """
         if version < self._version:
             raise ValueError(f"push_weights: version {version} is older than the engine's {self._version}")
-        if self._thread is None:  # k = 0, or nothing taken yet (the first push after a warm start or a restore)
+        if self._thread is None:  # nothing taken yet (the first push after a warm start or a restore)
             self.sync_fn()
             self._version = int(version)
             return
@@ -238,18 +236,6 @@ class StalenessBoundedRollouts(Generic[R, B]):
     # ------------------------------------------------------------------ internals
     def _collect(self, index: int) -> B:
         return self.collect_fn(self.batch_source(index), self.base_seed + index)
-
-    def _take_sync(self, start: float) -> TakenBatch[B]:
-        """k = 0: sample in the caller's thread, exactly as a plain loop would."""
-        index = self._taken
-        began = time.perf_counter()
-        if self._last_generation_end is not None:
-            self._engine_wait += began - self._last_generation_end
-        batch = self._collect(index)
-        self._last_generation_end = time.perf_counter()
-        self._taken += 1
-        self._claimed = self._taken
-        return self._hand_over(_Ready(batch, self._version), index, start)
 
     def _hand_over(self, item: _Ready[B], index: int, start: float) -> TakenBatch[B]:
         staleness = self._version - item.version

@@ -5,22 +5,19 @@ two are scorable), or its group weight (:class:`~lit_fgrpo.objectives.group_weig
 ``band`` outside its range or ``maxrl`` on a group with no success) is 0. Such a group costs a forward and
 backward pass and teaches nothing; with F-GRPO on easy data most groups are all-correct.
 
-How it plugs in. The rollout collector owns the engine and a stream of prompts; it passes
-:func:`dynamic_sample` a ``draw(k)`` callable that takes the next ``k`` prompts of the stream, generates and
-scores their groups and returns them as one :class:`RolloutBatch` (what ``make_rollout`` returns today)::
+How it plugs in. :func:`dynamic_sample` receives a ``draw(k)`` callable that takes the next ``k`` prompts of the
+data module's stream, generates and scores their groups and returns them as one :class:`RolloutBatch`; the
+dynamic schedule (:func:`~lit_fgrpo.rollout.dynamic_schedule.dynamic_rollout`) builds it from
+``RolloutParts.collect``::
 
     def draw(k: int) -> RolloutBatch:
-        records = prompt_stream.take(k)          # advances the data position by k, kept or not
-        return collector.make_rollout(pl_module, records, sampling_for_round)
-
-    rollout, stats = dynamic_sample(draw, num_prompts=P, config=DynamicSampling(max_rounds=4, oversample=2.0),
-                                    group_weight=module_group_weight, pad_token_id=pad_id)
-    data_position += stats.prompts_drawn         # rollout.stats has rollout/dynamic_* for the module to log
+        return parts.collect(datamodule.draw_prompts(k), step + rounds * DYNAMIC_ROUND_SEED_OFFSET, TRAIN_STREAM)
 
 Data position: every prompt drawn is consumed, whether its group is kept, dropped or left over after P are
-kept; the resume state must advance by ``stats.prompts_drawn`` (not by P), so that a resumed run continues at
-the next undrawn prompt and never replays a discarded one. Give each round its own sampling seed (e.g.
-``seed + 1000 * step + round``) so a resumed step regenerates the same groups.
+kept; the resume state advances by ``stats.prompts_drawn`` (not by P), so that a resumed run continues at the next
+undrawn prompt and never replays a discarded one. Each round seeds its prompts with the step plus
+``rounds * DYNAMIC_ROUND_SEED_OFFSET`` (each drawn prompt also carries its own stream position), so a resumed step
+regenerates the same groups.
 
 Wired in :class:`~lit_fgrpo.callbacks.RolloutCallback` (``dynamic_sampling=``), ``draw`` takes prompts from
 :meth:`lit_fgrpo.data.PromptDataModule.draw_prompts`, whose cursor is checkpointed.

@@ -1,4 +1,4 @@
-"""StalenessBoundedRollouts with a real tiny HF policy: staleness bound, k = 0 identity, drops, resume, errors.
+"""StalenessBoundedRollouts with a real tiny HF policy: staleness bound, k = 0 refused (the synchronous schedule), drops, resume, errors.
 
 The trainer is a real optimizer step of the tiny policy on its own samples, so the weights change every step and a
 batch sampled with the wrong weights shows up in its sampling log-probs.
@@ -25,6 +25,9 @@ from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
+from lit_fgrpo.rollout.rollout_settings import RolloutSettings
+from lit_fgrpo.rollout.schedules import schedule_for
+from lit_fgrpo.rollout.sync_schedule import SyncRollouts
 from tests.distributed.launch import run_vllm_script
 from tests.training.tiny_setup import TINY_MODEL
 
@@ -148,7 +151,7 @@ def test_hf_engine_refused_unless_it_has_its_own_copy() -> None:
         check_engine_for_async(HFEngine(model, PAD, EOS), 1)
     check_engine_for_async(HFEngine(model, PAD, EOS), 0)
     check_engine_for_async(HFCopyEngine(model, PAD, EOS), 2)
-    with pytest.raises(ValueError, match="max_staleness must be >= 0"):
+    with pytest.raises(ValueError, match="max_staleness must be >= 1"):
         StalenessBoundedRollouts(make_collect(HFEngine(model, PAD, EOS)), prompt_batch, lambda: None, -1)
 
 
@@ -168,37 +171,13 @@ def test_staleness_bounded_and_batches_sampled_with_their_recorded_version(k: in
     assert not generator_threads()
 
 
-def test_max_staleness_0_is_the_synchronous_loop_bit_for_bit() -> None:
-    def loop(use_runner: bool) -> tuple[list[RolloutBatch], list[tuple[str, int]], nn.Module]:
-        model = tiny_policy()
-        engine = HFEngine(model, PAD, EOS)  # shares the module, as today's synchronous loop does
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        calls: list[tuple[str, int]] = []
-        collect = make_collect(engine, calls)
-
-        def sync() -> None:
-            calls.append(("sync", -1))
-            engine.sync_weights(model)
-
-        batches = []
-        runner = StalenessBoundedRollouts(collect, prompt_batch, sync, max_staleness=0, base_seed=11)
-        for step in range(4):
-            batch = runner.take().batch if use_runner else collect(prompt_batch(step), 11 + step)
-            train_step(model, optimizer, batch)
-            runner.push_weights(step + 1) if use_runner else sync()
-            batches.append(batch)
-        return batches, calls, model
-
-    threads_before = threading.active_count()
-    got, got_calls, got_model = loop(use_runner=True)
-    assert threading.active_count() == threads_before  # k = 0 starts no thread
-    want, want_calls, want_model = loop(use_runner=False)
-    assert got_calls == want_calls
-    for a, b in zip(got, want):
-        for name in ("input_ids", "attention_mask", "completion_mask", "rewards", "sampling_logp"):
-            assert torch.equal(getattr(a, name), getattr(b, name)), name
-    for (name, a), b in zip(got_model.state_dict().items(), want_model.state_dict().values()):
-        assert torch.equal(a, b), name
+def test_max_staleness_0_is_the_synchronous_schedule_not_a_thread() -> None:
+    # k = 0 has one path, the synchronous schedule; the generator thread refuses it instead of keeping a second one.
+    assert isinstance(schedule_for(RolloutSettings(max_staleness=0)), SyncRollouts)
+    model = tiny_policy()
+    collect = make_collect(HFEngine(model, PAD, EOS))
+    with pytest.raises(ValueError, match=r"max_staleness must be >= 1 for a generator thread, got 0"):
+        StalenessBoundedRollouts(collect, prompt_batch, lambda: None, max_staleness=0)
 
 
 def test_async_run_is_reproducible() -> None:
