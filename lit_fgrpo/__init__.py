@@ -18,10 +18,21 @@ __version__ = "0.1.0"
 _LAZY = {
     "FGRPOModule": "lit_fgrpo.training.module",
     "PromptDataModule": "lit_fgrpo.data",
+    "PolicySettings": "lit_fgrpo.training.module_settings",
+    "ObjectiveSettings": "lit_fgrpo.training.module_settings",
+    "OptimizerSettings": "lit_fgrpo.training.module_settings",
+    "BatchingSettings": "lit_fgrpo.training.module_settings",
+    "SamplingConfig": "lit_fgrpo.engines.base",
 }
+"""Public names kept stable across the package's layout: ``from lit_fgrpo import FGRPOModule, PolicySettings``."""
 
 __all__ = [
+    "BatchingSettings",
     "FGRPOModule",
+    "ObjectiveSettings",
+    "OptimizerSettings",
+    "PolicySettings",
+    "SamplingConfig",
     "PassAtK",
     "PromptDataModule",
     "focal_weight",

@@ -8,7 +8,7 @@ computed with an older adapter is reused; the cache is dropped anyway.
 
 Launched servers need ``--enable-lora`` and a ``--max-lora-rank`` (one of vLLM's allowed ranks, at least the
 adapter's), and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` for the load route (:func:`lora_serve_args`,
-:data:`LORA_ENV`). Servers given by URL must have been started that way (the README shows the command).
+:data:`LORA_ENV`). Servers given by URL must have been started that way (``docs/engines.md`` shows the command).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's plug-in recipes, run for real: (a) FGRPOModule with a user's own datamodule and Trainer,
+"""The plug-in recipes of README.md and docs/guide.md, run for real: (a) FGRPOModule with a user's own datamodule and Trainer,
 (b) group_advantages + policy_loss inside a user's own training_step, (c) a user's own LightningModule behind
 RolloutCallback."""
 
