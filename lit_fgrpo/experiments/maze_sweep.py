@@ -384,9 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(CLI(combine_sweeps, args=words[1:], as_positional=False, exit_on_error=False))
     precheck_config_files(words)
     check_config_arms(words)
-    kwargs = (
-        build_parser().parse_args(quote_arms(words)).as_dict()
-    )  # bad flags raise: lit_fgrpo.commands.cli prints one line
+    kwargs = build_parser().parse_args(quote_arms(words)).as_dict()  # bad flags raise: lit_fgrpo.cli prints one line
     kwargs.pop("config", None)
     try:
         rows = run_maze_sweep(**kwargs)
@@ -405,6 +403,6 @@ __all__ = ["DEFAULT_MODEL_CONFIG", "EXIT_INCOMPLETE", "build_parser", "combine_s
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.commands.cli import main as cli_main
+    from lit_fgrpo.cli import main as cli_main
 
     raise SystemExit(cli_main(["maze-sweep", *sys.argv[1:]]))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 from tests.distributed.launch import WORKERS, base_env, run_processes
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 import torch
 from jsonargparse import Namespace
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 from lit_fgrpo.commands.plan import architecture, plan_run, policy_shapes
 from lit_fgrpo.distributed.memory_plan import GIB, PlanSettings, memory_plan, shard_rows
 from lit_fgrpo.models.lora import LoraSettings

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 from lit_fgrpo.experiments.compare_runs import CompareSettings, analyse, collect, load_settings, run_dir
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import math
 import statistics
 from pathlib import Path
 
-from lit_fgrpo.commands.cli import main as cli_main
+from lit_fgrpo.cli import main as cli_main
 from lit_fgrpo.experiments.evidence_report import main
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "evidence_tiny.csv"

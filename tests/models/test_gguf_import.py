@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 from lit_fgrpo.errors import DataError
 from lit_fgrpo.models.gguf_import import MARKER, chat_logprobs, file_digest, import_gguf, resolve_gguf_source
 

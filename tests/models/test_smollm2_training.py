@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lit_fgrpo.commands.cli import cli_main
+from lit_fgrpo.cli import cli_main
 from tests.training.tiny_setup import MemoryLogger
 
 pytestmark = pytest.mark.vllm

@@ -1,6 +1,6 @@
 """Group 1: the CLI's error contract: one ``error:`` line (and at most a hint), exit status 2, no traceback.
 
-Most cases call ``lit_fgrpo.commands.cli.main(argv)`` in-process; two run the real console command in a subprocess.
+Most cases call ``lit_fgrpo.cli.main(argv)`` in-process; two run the real console command in a subprocess.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 
 TINY: dict[str, Any] = {
     "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_progress_bar": False},
@@ -172,7 +172,7 @@ def test_programming_errors_keep_their_traceback(config: Path, monkeypatch: pyte
 
 def console(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "LIT_FGRPO_DEBUG": ""}
-    code = "import sys; from lit_fgrpo.commands.cli import main; sys.exit(main())"
+    code = "import sys; from lit_fgrpo.cli import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
@@ -200,7 +200,7 @@ def test_console_bad_data_row_exits_2(config: Path) -> None:
 
 
 def test_cli_installs_atomic_checkpoint_writes(config: Path) -> None:
-    from lit_fgrpo.commands.cli import cli_main
+    from lit_fgrpo.cli import cli_main
     from lit_fgrpo.training.checkpointing import AtomicCheckpointIO
 
     cli = cli_main(["--config", str(config)], run=False)

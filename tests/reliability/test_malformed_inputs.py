@@ -1,6 +1,6 @@
 """A corpus of malformed inputs across every subcommand: each is one ``error:`` line naming the culprit, exit 2.
 
-Every case runs ``lit_fgrpo.commands.cli.main`` in-process (no fresh interpreter) and asserts: status 2, no traceback, no
+Every case runs ``lit_fgrpo.cli.main`` in-process (no fresh interpreter) and asserts: status 2, no traceback, no
 Union-subtype noise, exactly one ``error:`` line (plus at most one ``hint:``), and that line contains the strings
 the case lists (the flag, the key, the file and line). The fit cases start from a one-step config with no logger, so
 a case that is wrongly accepted costs a step, not a run.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lit_fgrpo.commands.cli import main
+from lit_fgrpo.cli import main
 from tests.reliability.test_cli_errors import TINY
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence_tiny.csv"

@@ -3,7 +3,7 @@
 The cases come from the parser's own schema (see schema_walk.py): every typed argument of the module, the data module
 and the trainer, and every ``__init__`` argument of every callback in the shipped configs. The parser is built once;
 each case is parsed (and its classes built, as the CLI does) and the exception is rendered by the CLI's own
-:func:`~lit_fgrpo.commands.cli_errors.user_error_message`. A handful of cases go through :func:`lit_fgrpo.commands.cli.main` to show
+:func:`~lit_fgrpo.commands.cli_errors.user_error_message`. A handful of cases go through :func:`lit_fgrpo.cli.main` to show
 the same lines come out of the command.
 """
 
@@ -25,7 +25,7 @@ CALLBACK_CASES = list(callback_cases())
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
-    from lit_fgrpo.commands.cli import cli_main
+    from lit_fgrpo.cli import cli_main
 
     folder = tmp_path_factory.mktemp("schema")
     config = folder / "tiny.yaml"
@@ -168,7 +168,7 @@ def tiny_with_callbacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 def test_through_the_command(
     tiny_with_callbacks: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, expected: str
 ) -> None:
-    from lit_fgrpo.commands.cli import main
+    from lit_fgrpo.cli import main
 
     text = tiny_with_callbacks.read_text()
     assert old in text

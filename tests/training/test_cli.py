@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_fgrpo.commands.cli import cli_main, main
+from lit_fgrpo.cli import cli_main, main
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 CONFIGS = sorted(CONFIG_DIR.glob("*.yaml"))
@@ -203,7 +203,7 @@ def test_a_wrong_rollout_setting_is_one_line(
 
 def test_two_rollout_sources_are_refused() -> None:
     from lit_fgrpo.callbacks import RolloutCallback
-    from lit_fgrpo.commands.cli import with_rollout_callback
+    from lit_fgrpo.cli import with_rollout_callback
     from lit_fgrpo.errors import ConfigError
     from lit_fgrpo.rollout.rollout_settings import RolloutSettings
 

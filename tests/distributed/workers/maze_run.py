@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from lit_fgrpo.commands.cli import cli_main
+from lit_fgrpo.cli import cli_main
 from lit_fgrpo.distributed.weight_gather import iter_full_weights
 from lit_fgrpo.training.module_settings import grouped_settings
 from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
