@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from lit_fgrpo.models.logprobs import completion_logprobs, split_output_layer
-from lit_fgrpo.training.prompt_sharing import shared_prompt_hidden
+from lit_fgrpo.models.prompt_sharing import shared_prompt_hidden
 from tests.test_logprobs import assert_grads_close, grads, tiny_lm
 
 VOCAB = 1000

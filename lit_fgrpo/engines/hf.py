@@ -31,7 +31,8 @@ from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.decode import left_pad, sample_rows, supports_own_loop
 from lit_fgrpo.engines.row_sampling import RowSampler
-from lit_fgrpo.engines.trainer_logprobs import eval_mode, policy_logprobs
+from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
+from lit_fgrpo.models.logprobs import eval_mode
 
 
 def _cut_at_stop(tokens: list[int], stop_ids: set[int]) -> tuple[int, bool]:

@@ -7,41 +7,14 @@ check after each weight push, so all three compare against the trainer's own log
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from lit_fgrpo.engines.base import Generation
 from lit_fgrpo.engines.padding import pad_rollouts
-from lit_fgrpo.models.logprobs import completion_logprobs
-
-
-@contextmanager
-def module_mode(model: nn.Module, training: bool) -> Iterator[None]:
-    """Put ``model`` in train (``training=True``) or eval mode and restore its previous flag afterwards.
-
-    The policy trains in train mode (gradient checkpointing and dropout apply only there) and samples, scores
-    and computes its frozen old/reference log-probs in eval mode.
-    """
-    was_training = model.training
-    model.train(training)
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
-def eval_mode(model: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Put ``model`` in eval mode and restore its previous training flag afterwards."""
-    return module_mode(model, False)
-
-
-def train_mode(model: nn.Module) -> contextlib.AbstractContextManager[None]:
-    """Put ``model`` in train mode and restore its previous training flag afterwards."""
-    return module_mode(model, True)
+from lit_fgrpo.models.logprobs import completion_logprobs, eval_mode
 
 
 @torch.no_grad()

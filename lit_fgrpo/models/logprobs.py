@@ -15,7 +15,10 @@ HF model take the plain path: the model's own forward on ``chunk_rows`` rows at 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from lit_fgrpo.training.prompt_sharing import shared_prompt_hidden
+from lit_fgrpo.models.prompt_sharing import shared_prompt_hidden
 
 # Families whose ``XForCausalLM.forward`` is ``lm_head(decoder(...).last_hidden_state)`` with nothing in between.
 CHUNKABLE_MODEL_TYPES = frozenset(
@@ -265,3 +268,28 @@ def completion_logprobs(
         if ent is not None:
             entropies.append(ent)
     return TokenLogprobs(torch.cat(logps), torch.cat(entropies) if with_entropy else None)
+
+
+@contextmanager
+def module_mode(model: nn.Module, training: bool) -> Iterator[None]:
+    """Put ``model`` in train (``training=True``) or eval mode and restore its previous flag afterwards.
+
+    The policy trains in train mode (gradient checkpointing and dropout apply only there) and samples, scores
+    and computes its frozen old/reference log-probs in eval mode.
+    """
+    was_training = model.training
+    model.train(training)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def eval_mode(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Put ``model`` in eval mode and restore its previous training flag afterwards."""
+    return module_mode(model, False)
+
+
+def train_mode(model: nn.Module) -> contextlib.AbstractContextManager[None]:
+    """Put ``model`` in train mode and restore its previous training flag afterwards."""
+    return module_mode(model, True)

@@ -14,9 +14,8 @@ from typing import Literal, get_args
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.advantages import AdvantageScale
-from lit_fgrpo.objectives.aggregation import clip_range
 from lit_fgrpo.objectives.group_weights import GroupWeight, check_gamma
-from lit_fgrpo.objectives.loss_types import LossType, loss_spec
+from lit_fgrpo.objectives.loss_types import LossType, clip_range, loss_spec
 
 ImportanceCorrection = Literal["none", "token", "sequence"]
 """Train/inference mismatch correction: none, or truncated importance sampling per token or per sequence."""

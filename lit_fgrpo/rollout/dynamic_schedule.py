@@ -109,7 +109,7 @@ class DynamicRollouts(SyncRollouts):
         sampling, engine = parts.settings.train_sampling(), parts.collector.engine
 
         def collect(records: list[Any], seed_step: int) -> RolloutBatch:
-            return parts.collect(list(records), seed_step, TRAIN_STREAM)
+            return parts.collector.collect(list(records), sampling, step=seed_step, stream=TRAIN_STREAM)
 
         return dynamic_rollout(
             collect,

@@ -11,7 +11,8 @@ dynamic schedule (:func:`~lit_fgrpo.rollout.dynamic_schedule.dynamic_rollout`) b
 ``RolloutParts.collect``::
 
     def draw(k: int) -> RolloutBatch:
-        return parts.collect(datamodule.draw_prompts(k), step + rounds * DYNAMIC_ROUND_SEED_OFFSET, TRAIN_STREAM)
+        records = datamodule.draw_prompts(k)
+        return parts.collector.collect(records, sampling, step=step + rounds * DYNAMIC_ROUND_SEED_OFFSET, stream=TRAIN_STREAM)
 
 Data position: every prompt drawn is consumed, whether its group is kept, dropped or left over after P are
 kept; the resume state advances by ``stats.prompts_drawn`` (not by P), so that a resumed run continues at the next

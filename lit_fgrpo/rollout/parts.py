@@ -49,10 +49,6 @@ class RolloutParts:
     step: int = 0
     """The optimizer step of the call in progress (a push made from a generator thread logs at it)."""
 
-    def collect(self, records: list[Any], step: int, stream: int) -> RolloutBatch:
-        """The scored groups of ``records`` with the training sampling, seeded by ``step`` and ``stream``."""
-        return self.collector.collect(records, self.settings.train_sampling(), step=step, stream=stream)
-
 
 class Schedule(Protocol):
     """One rollout mode: when to sample, from which prompts, and when to push weights."""

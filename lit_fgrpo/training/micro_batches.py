@@ -1,7 +1,7 @@
 """Cutting a mini-batch into micro-batches for the training pass: which rows, in what order, how wide.
 
 Every loss is row-local and each piece's aggregation share depends on row counts only
-(:mod:`lit_fgrpo.objectives.aggregation`), so none of this changes the gradient; it only changes how much padding
+(:mod:`lit_fgrpo.objectives.loss_types`), so none of this changes the gradient; it only changes how much padding
 goes through the model:
 
 * rows whose advantage is 0 are left out when they cannot contribute (no KL term): their loss and gradient are 0;

@@ -6,7 +6,7 @@ Given a :class:`~lit_fgrpo.rollout.batch.RolloutBatch` of P prompts x G completi
 2. the old log-probs (only with ``num_iterations > 1`` or several mini-batches) and the reference's (``beta > 0``);
 3. ``num_iterations`` (mu) passes over ``ceil(P / M)`` mini-batches of M prompts each, one optimizer step per
    mini-batch: ``theta <- step(grad sum_micro share_m * L_m)``, where the micro-batch losses ``L_m`` with their
-   shares add up exactly to the mini-batch's TRL loss (:mod:`lit_fgrpo.objectives.aggregation`);
+   shares add up exactly to the mini-batch's TRL loss (:mod:`lit_fgrpo.objectives.loss_types`);
 4. the non-finite guard before each step, and the statistics to log (over all ranks).
 
 The optimizer and the process group come in as handles (:mod:`lit_fgrpo.training.update_handles`), so the same code runs
@@ -26,11 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from lit_fgrpo.distributed import per_rank_mini_batch
-from lit_fgrpo.engines.trainer_logprobs import eval_mode, train_mode
-from lit_fgrpo.models.logprobs import TokenLogprobs, completion_logprobs
+from lit_fgrpo.models.logprobs import TokenLogprobs, completion_logprobs, eval_mode, train_mode
 from lit_fgrpo.objectives import AdvantageScale, GroupAdvantages, GroupWeight, LossType, weighted_group_advantages
-from lit_fgrpo.objectives.aggregation import piece_aggregation, token_divisor
 from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
+from lit_fgrpo.objectives.loss_types import piece_aggregation, token_divisor
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.objectives.objective_settings import ImportanceCorrection, ObjectiveSettings

@@ -7,8 +7,7 @@ import torch
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives import LOSS_TYPES, aggregate_tokens, policy_loss
-from lit_fgrpo.objectives.aggregation import clip_range, piece_aggregation
-from lit_fgrpo.objectives.loss_types import LOSS_SPECS, loss_spec
+from lit_fgrpo.objectives.loss_types import LOSS_SPECS, clip_range, loss_spec, piece_aggregation
 
 
 def _loop_aggregate(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str, l_max: int, n_items: float) -> float:

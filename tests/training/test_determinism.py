@@ -3,7 +3,7 @@
 A user runs at torch's default thread count (2 on this CPU), not at the tests' pinned 1 (``tests/conftest.py``).
 The fit is the one ``tests/reliability/kill_run.py`` resumes (tiny model, lr 1e-2, 12 RL steps): at lr 1e-2 Adam turns
 a last-bit gradient difference into a visible weight difference, so this fit showed the shared-prompt backward's
-thread-order sums (``lit_fgrpo/training/prompt_sharing.py``) in 3 runs of 3 before they were fixed.
+thread-order sums (``lit_fgrpo/models/prompt_sharing.py``) in 3 runs of 3 before they were fixed.
 """
 
 from __future__ import annotations
