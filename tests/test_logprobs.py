@@ -34,7 +34,7 @@ def tiny_lm(vocab: int = QWEN_VOCAB, tied: bool = True, model_type: str = "qwen2
         **extra,
     )
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 
 def batch(B: int = 4, Tp: int = 6, T: int = 9, vocab: int = QWEN_VOCAB) -> tuple[torch.Tensor, torch.Tensor]:

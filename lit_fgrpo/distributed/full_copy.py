@@ -50,7 +50,7 @@ def unsharded_copy(policy: nn.Module, device: torch.device | None = None) -> nn.
 
     with torch.random.fork_rng(), torch.device(device or policy_device(policy)):
         torch.manual_seed(0)
-        copy = AutoModelForCausalLM.from_config(base_config(policy), torch_dtype=policy_dtype(policy))
+        copy = AutoModelForCausalLM.from_config(base_config(policy), dtype=policy_dtype(policy))
     copy.eval().requires_grad_(False)
     return copy
 

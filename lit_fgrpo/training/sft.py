@@ -82,9 +82,12 @@ def supervised_warm_start(
             rows = order[cursor : cursor + batch_size]  # (b,)
             cursor += batch_size
             batch = ids[rows].to(device)  # (b, L)
+            # No KV cache: nothing reads it, and under gradient checkpointing transformers would drop it with a
+            # warning ("`use_cache=True` is incompatible with gradient checkpointing").
             logits = model(
-                input_ids=batch, attention_mask=attn[rows].to(device), position_ids=position_ids[rows].to(device)
-            ).logits  # (b, L, V)
+                input_ids=batch, attention_mask=attn[rows].to(device), position_ids=position_ids[rows].to(device),
+                use_cache=False,
+            ).logits  # (b, L, V)  # fmt: skip
             token_loss = F.cross_entropy(
                 logits[:, :-1].transpose(1, 2).float(), batch[:, 1:], reduction="none"
             )  # (b, L-1)
