@@ -21,7 +21,7 @@ from lit_fgrpo.data.sources import (
     read_reasoning_gym,
 )
 from lit_fgrpo.data.streaming import PromptStream
-from lit_fgrpo.distributed.batching import per_rank_share
+from lit_fgrpo.distributed.rank_layout import per_rank_share
 from lit_fgrpo.errors import DataError
 from lit_fgrpo.models.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings

@@ -4,17 +4,19 @@ Lightning is the distributed engine (DDP, FSDP, ``num_nodes``, SLURM and torchru
 pieces the library needs to give the same result on any rank layout.
 """
 
-from lit_fgrpo.distributed.batching import per_rank_mini_batch, per_rank_share
-from lit_fgrpo.distributed.failures import RankFailure, check_finite, fail_together, raise_if_any_rank_failed
-from lit_fgrpo.distributed.reduction import (
+from lit_fgrpo.distributed.collectives import (
+    RankFailure,
+    check_finite,
+    fail_together,
     gather_objects,
     global_max,
     global_maxes,
     global_mean,
     global_nanmean,
     global_sum,
+    raise_if_any_rank_failed,
 )
-from lit_fgrpo.distributed.seeding import prompt_seed
+from lit_fgrpo.distributed.rank_layout import per_rank_mini_batch, per_rank_share, prompt_seed
 from lit_fgrpo.distributed.sharding import ShardingSettings, shard_policy
 from lit_fgrpo.distributed.strategy import FSDP2Strategy  # registers --trainer.strategy model_parallel
 from lit_fgrpo.distributed.weight_gather import full_tensor, is_sharded, iter_full_weights

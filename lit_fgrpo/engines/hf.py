@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_fgrpo.distributed.seeding import SEED_BITS, prompt_seed
+from lit_fgrpo.distributed.rank_layout import SEED_BITS, prompt_seed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.decode import left_pad, sample_rows, supports_own_loop
 from lit_fgrpo.engines.row_sampling import RowSampler

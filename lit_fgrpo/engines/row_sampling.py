@@ -8,7 +8,7 @@ generator,
     u_{r,t} = \\left(\\lfloor \\mathrm{sm}(\\mathrm{sm}(s_r) \\oplus t) / 2^{11} \\rfloor + \\tfrac12\\right) / 2^{53}
     \\in (0, 1),
 
-with ``sm`` one round of SplitMix64 (the mixer of :mod:`lit_fgrpo.distributed.seeding`) and ``s_r`` the row's seed,
+with ``sm`` one round of SplitMix64 (the mixer of :mod:`lit_fgrpo.distributed.rank_layout`) and ``s_r`` the row's seed,
 and samples by inverting the cumulative distribution of ``p = softmax(s)`` (``s`` the tempered, top-k / top-p
 filtered scores):
 
@@ -40,7 +40,7 @@ def _shift_right(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def splitmix64(x: torch.Tensor) -> torch.Tensor:
-    """One round of SplitMix64 on an int64 tensor, bit for bit :func:`lit_fgrpo.distributed.seeding._splitmix64`.
+    """One round of SplitMix64 on an int64 tensor, bit for bit :func:`lit_fgrpo.distributed.rank_layout._splitmix64`.
 
     int64 addition and multiplication wrap modulo 2**64 (two's complement), which is the unsigned arithmetic the
     mixer is defined with; a test checks this against Python's exact integers.

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lit_fgrpo.engines.base import Generation
-from lit_fgrpo.engines.padding import pad_rollouts
+from lit_fgrpo.engines.base import Generation, pad_rollouts
 from lit_fgrpo.models.logprobs import completion_logprobs, eval_mode
 
 

@@ -1,7 +1,6 @@
 """Rollouts: the engine interface, sampling settings, the collector and the typed batches it produces."""
 
-from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.engines.padding import pad_rollouts
+from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.columns import columns_per_completion

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lit_fgrpo.distributed.seeding import prompt_seed
-from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
-from lit_fgrpo.engines.padding import pad_rollouts
+from lit_fgrpo.distributed.rank_layout import prompt_seed
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.batch import RolloutBatch

@@ -41,7 +41,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from lit_fgrpo.distributed.reduction import global_maxes
+from lit_fgrpo.distributed.collectives import global_maxes
 from lit_fgrpo.objectives.group_weights import GroupWeight, group_weight_values
 from lit_fgrpo.rollout.batch import RolloutBatch
 
@@ -117,7 +117,7 @@ class DynamicSamplingStats:
     def as_stats(self) -> dict[str, float]:
         """RolloutBatch.stats entries (the module logs them as ``rollout/dynamic_*``).
 
-        Counts, summed over ranks when logged (:data:`~lit_fgrpo.training.rollout_stats.SUMMED_STATS`), and the
+        Counts, summed over ranks when logged (:data:`~lit_fgrpo.training.step_stats.SUMMED_STATS`), and the
         keep rate: informative groups per generated prompt (recomputed from the summed counts over ranks).
         """
         return {

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from lit_fgrpo.distributed.failures import RankFailure, describe, is_distributed
+from lit_fgrpo.distributed.collectives import RankFailure, describe, is_distributed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.errors import ConfigError

@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_fgrpo.engines.base import Generation
-from lit_fgrpo.engines.padding import pad_rollouts
+from lit_fgrpo.engines.base import Generation, pad_rollouts
 from lit_fgrpo.reporting.progress import Mode, progress
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ Given a :class:`~lit_fgrpo.rollout.batch.RolloutBatch` of P prompts x G completi
 The optimizer and the process group come in as handles (:mod:`lit_fgrpo.training.update_handles`), so the same code runs
 under :class:`~lit_fgrpo.training.module.FGRPOModule` and in a plain torch loop. Every collective of the step is made on
 every rank in the same order: the token sum (world > 1), the busiest rank's micro-batch count per mini-batch
-(world > 1) and :func:`~lit_fgrpo.training.rollout_stats.global_rollout_stats`'s gather (always).
+(world > 1) and :func:`~lit_fgrpo.training.step_stats.global_rollout_stats`'s gather (always).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from torch import Tensor, nn
 from lit_fgrpo.distributed import per_rank_mini_batch
 from lit_fgrpo.models.logprobs import TokenLogprobs, completion_logprobs, eval_mode, train_mode
 from lit_fgrpo.objectives import AdvantageScale, GroupAdvantages, GroupWeight, LossType, weighted_group_advantages
-from lit_fgrpo.objectives.diagnostics import mismatch_stat, train_stats
 from lit_fgrpo.objectives.loss_types import piece_aggregation, token_divisor
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
 from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
@@ -37,14 +36,14 @@ from lit_fgrpo.objectives.policy_loss import policy_loss
 from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.training.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
-from lit_fgrpo.training.rollout_stats import global_rollout_stats
+from lit_fgrpo.training.step_stats import global_rollout_stats, mismatch_stat, train_stats
 from lit_fgrpo.training.update_handles import Collectives, OptimizerStep
 
 if TYPE_CHECKING:
     from lit_fgrpo.training.module_settings import BatchingSettings, OptimizerSettings
 
 Pieces = list[dict[str, Tensor]]
-"""The detached statistics of each micro-batch (see :func:`~lit_fgrpo.objectives.diagnostics.train_stats`)."""
+"""The detached statistics of each micro-batch (see :func:`~lit_fgrpo.training.step_stats.train_stats`)."""
 
 
 @dataclass(frozen=True)

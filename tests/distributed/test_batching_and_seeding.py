@@ -7,7 +7,7 @@ import pytest
 
 from lit_fgrpo.data import PromptDataModule, PromptRecord, PromptStream
 from lit_fgrpo.distributed import per_rank_mini_batch, per_rank_share, prompt_seed
-from lit_fgrpo.distributed.seeding import _splitmix64
+from lit_fgrpo.distributed.rank_layout import _splitmix64
 
 
 def records(n: int) -> list[PromptRecord]:

@@ -18,10 +18,9 @@ import pytest
 import torch
 from torch import nn
 
-from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.engines.hf import HFEngine
 from lit_fgrpo.engines.hf_copy import HFCopyEngine
-from lit_fgrpo.engines.padding import pad_rollouts
 from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async

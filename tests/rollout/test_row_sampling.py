@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from lit_fgrpo.distributed.seeding import _splitmix64
+from lit_fgrpo.distributed.rank_layout import _splitmix64
 from lit_fgrpo.engines.row_sampling import row_keys, row_uniforms, sample_inverse_cdf, splitmix64
 
 

@@ -25,9 +25,8 @@ from lit_fgrpo.distributed import (
 )
 from lit_fgrpo.engines.vllm_worker import policy_state_dict
 from lit_fgrpo.objectives import GroupAdvantages, GroupWeight, weighted_group_advantages
-from lit_fgrpo.objectives.diagnostics import rollout_stats
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.training.rollout_stats import global_rollout_stats
+from lit_fgrpo.training.step_stats import global_rollout_stats, rollout_stats
 
 
 def tiny_qwen2(lora: bool) -> torch.nn.Module:
