@@ -102,15 +102,22 @@ def ddp_trainer(devices: int) -> L.Trainer:
     return L.Trainer(accelerator="cpu", devices=devices, strategy="ddp", logger=False, enable_progress_bar=False)
 
 
+def maze_module() -> PromptDataModule:
+    return PromptDataModule(
+        source="maze", splits={"num_train": 40, "num_val": 4, "num_test": 4, "val_size": 4},
+        batching={"prompts_per_step": 8},
+    )  # fmt: skip
+
+
 def test_datamodule_gives_each_rank_its_share_of_the_global_batch() -> None:
-    dm = PromptDataModule(source="maze", num_train=40, num_val=4, num_test=4, prompts_per_step=8, val_size=4)
+    dm = maze_module()
     dm.trainer = ddp_trainer(2)
     batch = next(iter(dm.train_dataloader()))
     assert len(batch) == 4 and [r.position for r in batch] == [0, 2, 4, 6]
 
 
 def test_datamodule_refuses_a_global_batch_that_does_not_divide() -> None:
-    dm = PromptDataModule(source="maze", num_train=40, num_val=4, num_test=4, prompts_per_step=8, val_size=4)
+    dm = maze_module()
     dm.trainer = ddp_trainer(3)
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=8 .* world size 3"):
+    with pytest.raises(ValueError, match=r"--data.batching.prompts_per_step=8 .* world size 3"):
         dm.setup("fit")
