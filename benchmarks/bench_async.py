@@ -109,7 +109,7 @@ def contender(
     import torch
 
     from lit_fgrpo.callbacks import RolloutCallback
-    from lit_fgrpo.data import DataBatchingSettings, PromptDataModule, SplitSettings
+    from lit_fgrpo.data import LoaderSettings, PromptDataModule, SplitSettings
     from lit_fgrpo.module import FGRPOModule
     from lit_fgrpo.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
     from lit_fgrpo.rollout.base import SamplingConfig
@@ -137,7 +137,7 @@ def contender(
     data = PromptDataModule(
         source="maze",
         splits=SplitSettings(num_train=256, num_val=4, num_test=4),
-        batching=DataBatchingSettings(prompts_per_step=size["prompts"]),
+        loader=LoaderSettings(prompts_per_step=size["prompts"]),
         seed=0,
     )
     rollout = RolloutCallback(

@@ -32,7 +32,7 @@ from lightning.pytorch.loggers import Logger
 
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import (
-    DataBatchingSettings,
+    LoaderSettings,
     MazeSettings,
     PromptDataModule,
     PromptSettings,
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             maze=MazeSettings(rows=7, cols=7),
             splits=SplitSettings(num_train=4 * args.prompts, num_val=0, num_test=0, val_size=0),
             prompts=PromptSettings(max_length=1024),
-            batching=DataBatchingSettings(prompts_per_step=args.prompts),
+            loader=LoaderSettings(prompts_per_step=args.prompts),
             tokenizer_path=tokenizer,
         )
         sampling = SamplingConfig(n=args.group, temperature=1.0, max_tokens=args.max_tokens)

@@ -19,8 +19,8 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerFast
 
 from lit_fgrpo.data import (
-    DataBatchingSettings,
     FileSettings,
+    LoaderSettings,
     PromptDataModule,
     PromptRecord,
     PromptSettings,
@@ -120,12 +120,12 @@ def test_disk_source_needs_datasets_or_reads_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "flag"),
     [
-        ({"batching": {"prompts_per_step": 0}}, "--data.batching.prompts_per_step must be >= 1, got 0"),
+        ({"loader": {"prompts_per_step": 0}}, "--data.loader.prompts_per_step must be >= 1, got 0"),
         ({"source": "jsonl"}, "--data.files.train_path is required with --data.source jsonl"),
         ({"source": "jsonl", "files": {"train_path": "/nonexistent.jsonl"}}, "--data.files.train_path does not exist"),
         ({"source": "csv"}, "--data.source must be one of"),
         ({"prompts": {"too_long": "wrap"}}, "--data.prompts.too_long must be one of"),
-        ({"batching": {"num_workers": -1}}, "--data.batching.num_workers must be >= 0"),
+        ({"loader": {"num_workers": -1}}, "--data.loader.num_workers must be >= 0"),
         ({"source": "reasoning_gym"}, "--data.reasoning_gym.name is required with --data.source reasoning_gym"),
         ({"maze": {"rows": 1, "cols": 1}}, "--data.maze.rows x cols must give at least two cells"),
     ],
@@ -280,7 +280,7 @@ def test_datamodule_resume_through_lightning_checkpoint(tmp_path: Path, num_work
     def datamodule() -> PromptDataModule:
         return PromptDataModule(
             source="maze", splits=SplitSettings(num_train=7, num_val=2, num_test=2), seed=5,
-            batching=DataBatchingSettings(prompts_per_step=3, num_workers=num_workers),
+            loader=LoaderSettings(prompts_per_step=3, num_workers=num_workers),
         )  # fmt: skip
 
     _, uninterrupted = fit(datamodule(), 6, tmp_path)
@@ -292,7 +292,7 @@ def test_datamodule_resume_through_lightning_checkpoint(tmp_path: Path, num_work
 
 def test_maze_source_has_disjoint_splits_and_test_loader() -> None:
     dm = PromptDataModule(
-        source="maze", splits=SplitSettings(num_train=30, num_val=5, num_test=5), batching={"prompts_per_step": 4}
+        source="maze", splits=SplitSettings(num_train=30, num_val=5, num_test=5), loader={"prompts_per_step": 4}
     )
     dm.setup()
     prompts = {name: {r.prompt for r in records} for name, records in dm.splits.items()}
@@ -312,7 +312,7 @@ def test_jsonl_source_holds_out_a_fixed_validation_set(tmp_path: Path) -> None:
         source="jsonl",
         files=FileSettings(train_path=str(path), prompt_field="question", answer_field="solution"),
         splits=SplitSettings(val_size=4),
-        batching=DataBatchingSettings(prompts_per_step=2),
+        loader=LoaderSettings(prompts_per_step=2),
     )
     dm.set_tokenizer(word_tokenizer(CHAT_TEMPLATE))
     dm.setup()
@@ -329,7 +329,7 @@ def test_reasoning_gym_source_by_name() -> None:
         reasoning_gym=ReasoningGymSettings(name="basic_arithmetic", dataset_size=6),
         splits=SplitSettings(val_size=2),
         prompts=PromptSettings(max_length=10_000),
-        batching=DataBatchingSettings(prompts_per_step=2),
+        loader=LoaderSettings(prompts_per_step=2),
     )
     dm.set_tokenizer(word_tokenizer())
     dm.setup()

@@ -17,7 +17,7 @@ from lit_fgrpo.data.settings import (
     FLAT_NAMES,
     GROUPS,
     TOP_LEVEL,
-    DataBatchingSettings,
+    LoaderSettings,
     MazeSettings,
     SplitSettings,
     data_checkpoint_init_args,
@@ -44,7 +44,7 @@ GROUPED = dict(
     source="maze",
     maze=MazeSettings(rows=3, cols=4, border_walls=False),
     splits=SplitSettings(num_train=7, num_val=2, num_test=2),
-    batching=DataBatchingSettings(prompts_per_step=3),
+    loader=LoaderSettings(prompts_per_step=3),
     seed=5,
 )
 """The same settings, grouped."""
@@ -76,10 +76,10 @@ GROUPED = dict(
         ({"prompts": {"max_length": 0}}, "--data.prompts.max_length must be >= 1, got 0"),
         ({"prompts": {"too_long": "wrap"}}, "--data.prompts.too_long must be one of"),
         ({"prompts": {"system_prompt": 3}}, "--data.prompts.system_prompt: expected a string, got 3"),
-        ({"batching": {"prompts_per_step": 0}}, "--data.batching.prompts_per_step must be >= 1, got 0"),
-        ({"batching": {"val_batch_size": 0}}, "--data.batching.val_batch_size must be >= 1, got 0"),
-        ({"batching": {"num_workers": -1}}, "--data.batching.num_workers must be >= 0, got -1"),
-        ({"batching": {"prompts": 4}}, "--data.batching.prompts is not a setting; the settings are prompts_per_step"),
+        ({"loader": {"prompts_per_step": 0}}, "--data.loader.prompts_per_step must be >= 1, got 0"),
+        ({"loader": {"val_batch_size": 0}}, "--data.loader.val_batch_size must be >= 1, got 0"),
+        ({"loader": {"num_workers": -1}}, "--data.loader.num_workers must be >= 0, got -1"),
+        ({"loader": {"prompts": 4}}, "--data.loader.prompts is not a setting; the settings are prompts_per_step"),
         ({"maze": 3}, "--data.maze: expected a mapping of MazeSettings fields, got 3"),
         ({"source": "csv"}, "--data.source must be one of"),
         ({"seed": "x"}, "--data.seed: expected an int, got 'x'"),
@@ -115,6 +115,13 @@ def test_held_out_rows_beyond_the_file_name_the_flag(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------- hyperparameters
 
 
+def test_no_setting_shares_a_name_with_the_modules() -> None:
+    """Loggers get the module's and the data module's hyperparameters merged; Lightning refuses a shared key."""
+    from lit_fgrpo.module_settings import GROUPS as MODULE_GROUPS
+
+    assert not (set(GROUPS) | set(TOP_LEVEL)) & (set(MODULE_GROUPS) | {"val_pass_at_k"})
+
+
 def test_hyperparameters_are_plain_and_rebuild_the_data_module() -> None:
     dm = PromptDataModule(**GROUPED)
     buffer = io.BytesIO()
@@ -124,7 +131,7 @@ def test_hyperparameters_are_plain_and_rebuild_the_data_module() -> None:
     assert set(saved) == set(GROUPS) | set(TOP_LEVEL)
     assert saved["maze"] == {"rows": 3, "cols": 4, "newline_tokens": True, "border_walls": False}
     rebuilt = PromptDataModule(**saved)
-    assert rebuilt.hparams == dm.hparams and rebuilt.maze == dm.maze and rebuilt.batching == dm.batching
+    assert rebuilt.hparams == dm.hparams and rebuilt.maze == dm.maze and rebuilt.loader == dm.loader
 
 
 # --------------------------------------------------------------------------------- checkpoints from before the groups
@@ -145,8 +152,8 @@ def test_every_old_flat_setting_has_one_group() -> None:
 
 
 def test_flat_and_grouped_settings_merge() -> None:
-    grouped = grouped_data_settings({"num_train": 9, "splits": {"num_val": 1}, "batching": DataBatchingSettings()})
-    assert grouped == {"splits": {"num_val": 1, "num_train": 9}, "batching": dataclasses.asdict(DataBatchingSettings())}
+    grouped = grouped_data_settings({"num_train": 9, "splits": {"num_val": 1}, "loader": LoaderSettings()})
+    assert grouped == {"splits": {"num_val": 1, "num_train": 9}, "loader": dataclasses.asdict(LoaderSettings())}
 
 
 def flat_checkpoint(tmp_path: Path, steps: int) -> tuple[Path, PromptDataModule]:

@@ -3,8 +3,8 @@
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.data.records import PromptRecord, SourceExample, TooLongPolicy, render_prompt, render_records
 from lit_fgrpo.data.settings import (
-    DataBatchingSettings,
     FileSettings,
+    LoaderSettings,
     MazeSettings,
     PromptSettings,
     ReasoningGymSettings,
@@ -16,8 +16,8 @@ from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.rollout.columns import columns_per_completion  # a rollout concern, also importable from here
 
 __all__ = [
-    "DataBatchingSettings",
     "FileSettings",
+    "LoaderSettings",
     "MazeSettings",
     "PromptDataModule",
     "PromptRecord",

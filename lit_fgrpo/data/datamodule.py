@@ -17,8 +17,8 @@ from lit_fgrpo.data.settings import (
     FILE_SOURCES,
     FLAG,
     GROUPS,
-    DataBatchingSettings,
     FileSettings,
+    LoaderSettings,
     MazeSettings,
     PromptSettings,
     ReasoningGymSettings,
@@ -43,7 +43,7 @@ from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
 
 log = logging.getLogger(__name__)
 
-PROMPTS_PER_STEP = f"{FLAG}.batching.prompts_per_step"
+PROMPTS_PER_STEP = f"{FLAG}.loader.prompts_per_step"
 """The global batch's flag, named when it does not divide by the world size."""
 
 
@@ -55,7 +55,7 @@ def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
 class PromptDataModule(L.LightningDataModule):
     """Streams training prompts (``list[PromptRecord]`` batches) and serves fixed eval sets.
 
-    Batch sizes are global, as TRL, verl and the paper report them: ``batching.prompts_per_step`` prompts per
+    Batch sizes are global, as TRL, verl and the paper report them: ``loader.prompts_per_step`` prompts per
     optimisation step over all ranks, each rank taking ``prompts_per_step / world_size`` of them (refused when it does
     not divide), so the same config trains on the same prompts on 1 rank or 16.
 
@@ -84,8 +84,8 @@ class PromptDataModule(L.LightningDataModule):
             (``--data.splits.*``; :class:`~lit_fgrpo.data.settings.SplitSettings`).
         prompts: System message, length limit and what to do with longer prompts (``--data.prompts.*``;
             :class:`~lit_fgrpo.data.settings.PromptSettings`).
-        batching: Global prompts per training step and per evaluation batch, dataloader workers
-            (``--data.batching.*``; :class:`~lit_fgrpo.data.settings.DataBatchingSettings`).
+        loader: Global prompts per training step and per evaluation batch, dataloader workers
+            (``--data.loader.*``; :class:`~lit_fgrpo.data.settings.LoaderSettings`).
         seed: Seed for shuffling, held-out validation rows, mazes, arithmetic questions and reasoning-gym generation.
         tokenizer_path: Tokenizer to load with ``AutoTokenizer``; else use ``set_tokenizer`` (the maze source falls
             back to the maze word tokenizer). On the command line it is the policy's (``--model.policy.tokenizer``,
@@ -103,7 +103,7 @@ class PromptDataModule(L.LightningDataModule):
         reasoning_gym: ReasoningGymSettings = ReasoningGymSettings(),
         splits: SplitSettings = SplitSettings(),
         prompts: PromptSettings = PromptSettings(),
-        batching: DataBatchingSettings = DataBatchingSettings(),
+        loader: LoaderSettings = LoaderSettings(),
         seed: int = 0,
         tokenizer_path: str | None = None,
     ) -> None:
@@ -121,15 +121,15 @@ class PromptDataModule(L.LightningDataModule):
         """Prompts per split (``--data.splits.*``); :attr:`splits` holds the rendered records."""
         self.prompts = settings_from(PromptSettings, prompts, f"{FLAG}.prompts")
         """Rendering: system message, length limit (``--data.prompts.*``)."""
-        self.batching = settings_from(DataBatchingSettings, batching, f"{FLAG}.batching")
-        """Global batch sizes and dataloader workers (``--data.batching.*``)."""
+        self.loader = settings_from(LoaderSettings, loader, f"{FLAG}.loader")
+        """Global batch sizes and dataloader workers (``--data.loader.*``)."""
         self.seed, self.tokenizer_path = seed, tokenizer_path
         self._validate_args()
         self.save_hyperparameters()
         # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a
         # frozen dataclass (as FGRPOModule's groups). Saved again so that hparams_initial holds the dicts too.
         groups: tuple[Any, ...] = (self.files, self.maze, self.arithmetic, self.reasoning_gym, self.split_settings,
-                                   self.prompts, self.batching)  # fmt: skip
+                                   self.prompts, self.loader)  # fmt: skip
         self.save_hyperparameters(
             dict(self.hparams) | {name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)}
         )
@@ -238,7 +238,7 @@ class PromptDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Read, render and tokenize every split (once; later calls reuse them)."""
         if self.trainer is not None:  # refuse a global batch that does not divide before reading any data
-            per_rank_share(self.batching.prompts_per_step, self.trainer.world_size, PROMPTS_PER_STEP)
+            per_rank_share(self.loader.prompts_per_step, self.trainer.world_size, PROMPTS_PER_STEP)
         if self.splits:
             return
         tokenizer = self._resolve_tokenizer()
@@ -261,14 +261,14 @@ class PromptDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _loader(self, stream: PromptStream) -> DataLoader:
-        return DataLoader(stream, batch_size=None, collate_fn=keep_batch, num_workers=self.batching.num_workers)
+        return DataLoader(stream, batch_size=None, collate_fn=keep_batch, num_workers=self.loader.num_workers)
 
     def train_dataloader(self) -> DataLoader:
         """Endless stream of ``list[PromptRecord]`` batches: this rank's ``prompts_per_step / world_size`` prompts
-        (``--data.batching.prompts_per_step``)."""
+        (``--data.loader.prompts_per_step``)."""
         self.setup("fit")
         rank, world_size = self._rank_and_world()
-        per_rank = per_rank_share(self.batching.prompts_per_step, world_size, PROMPTS_PER_STEP)
+        per_rank = per_rank_share(self.loader.prompts_per_step, world_size, PROMPTS_PER_STEP)
         stream = PromptStream(self.splits["train"], per_rank, seed=self.seed, rank=rank, world_size=world_size)
         stream.count_yielded = False  # counted in on_before_batch_transfer, after Lightning's prefetch
         if self._pending_state is not None:
@@ -301,7 +301,7 @@ class PromptDataModule(L.LightningDataModule):
         if split not in self.splits:
             return []
         rank, world_size = self._rank_and_world()
-        per_rank = -(-self.batching.eval_batch_size // world_size)  # evaluation batches may be short: no need to divide
+        per_rank = -(-self.loader.eval_batch_size // world_size)  # evaluation batches may be short: no need to divide
         stream = PromptStream(self.splits[split], per_rank, infinite=False, rank=rank, world_size=world_size)
         return self._loader(stream)
 

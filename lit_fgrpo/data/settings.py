@@ -170,8 +170,11 @@ class PromptSettings:
 
 
 @dataclass(frozen=True)
-class DataBatchingSettings:
-    """Prompts per batch, over all ranks, and the dataloader's worker processes."""
+class LoaderSettings:
+    """The data loaders: prompts per batch over all ranks, and worker processes.
+
+    Named ``loader`` rather than ``batching``: Lightning logs the module's and the data module's hyperparameters
+    together and refuses a key of both with different values (``FGRPOModule`` has ``batching``)."""
 
     prompts_per_step: int = 8
     """Prompts per training step over all ranks (global P); each rank takes P / world_size, which must be a whole
@@ -183,7 +186,7 @@ class DataBatchingSettings:
     """Dataloader worker processes (0 loads in the main process; the resume point is exact either way)."""
 
     def __post_init__(self) -> None:
-        flag = f"{FLAG}.batching"
+        flag = f"{FLAG}.loader"
         check_int(f"{flag}.prompts_per_step", self.prompts_per_step, 1)
         if self.val_batch_size is not None:
             check_int(f"{flag}.val_batch_size", self.val_batch_size, 1)
@@ -202,7 +205,7 @@ GROUPS: dict[str, type] = {
     "reasoning_gym": ReasoningGymSettings,
     "splits": SplitSettings,
     "prompts": PromptSettings,
-    "batching": DataBatchingSettings,
+    "loader": LoaderSettings,
 }
 """``PromptDataModule``'s settings groups by init argument name."""
 TOP_LEVEL = ("source", "seed", "tokenizer_path")
@@ -227,9 +230,9 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "system_prompt": ("prompts", "system_prompt"),
     "max_prompt_length": ("prompts", "max_length"),
     "too_long": ("prompts", "too_long"),
-    "prompts_per_step": ("batching", "prompts_per_step"),
-    "val_batch_size": ("batching", "val_batch_size"),
-    "num_workers": ("batching", "num_workers"),
+    "prompts_per_step": ("loader", "prompts_per_step"),
+    "val_batch_size": ("loader", "val_batch_size"),
+    "num_workers": ("loader", "num_workers"),
 }
 """Where each setting that checkpoints written before the groups stored flat lives now: ``"maze_rows": ("maze",
 "rows")`` (``--data.maze.rows``)."""
@@ -302,8 +305,8 @@ __all__ = [
     "GROUPS",
     "TOP_LEVEL",
     "ArithmeticSettings",
-    "DataBatchingSettings",
     "FileSettings",
+    "LoaderSettings",
     "MazeSettings",
     "PromptSettings",
     "ReasoningGymSettings",

@@ -48,7 +48,7 @@ def fit(
     **module_kwargs: Any,
 ) -> tuple[torch.nn.Module, MemoryLogger, TrainedPositions]:
     data = PromptDataModule(
-        source="maze", splits={"num_train": 64, "num_val": 4, "num_test": 4}, batching={"prompts_per_step": 4},
+        source="maze", splits={"num_train": 64, "num_val": 4, "num_test": 4}, loader={"prompts_per_step": 4},
         tokenizer_path="builtin:maze",
     )  # fmt: skip
     rollout = RolloutCallback(

@@ -105,7 +105,7 @@ def ddp_trainer(devices: int) -> L.Trainer:
 def maze_module() -> PromptDataModule:
     return PromptDataModule(
         source="maze", splits={"num_train": 40, "num_val": 4, "num_test": 4, "val_size": 4},
-        batching={"prompts_per_step": 8},
+        loader={"prompts_per_step": 8},
     )  # fmt: skip
 
 
@@ -119,5 +119,5 @@ def test_datamodule_gives_each_rank_its_share_of_the_global_batch() -> None:
 def test_datamodule_refuses_a_global_batch_that_does_not_divide() -> None:
     dm = maze_module()
     dm.trainer = ddp_trainer(3)
-    with pytest.raises(ValueError, match=r"--data.batching.prompts_per_step=8 .* world size 3"):
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=8 .* world size 3"):
         dm.setup("fit")

@@ -37,7 +37,7 @@ TINY: dict[str, Any] = {
     "data": {
         "source": "maze",
         "splits": {"num_train": 8, "num_val": 2, "num_test": 2, "val_size": 2},
-        "batching": {"prompts_per_step": 2},
+        "loader": {"prompts_per_step": 2},
     },
 }
 

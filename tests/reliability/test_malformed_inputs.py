@@ -113,19 +113,19 @@ DATA_GROUP_CASES: list[Case] = [
     ("data_prompts_length", lambda d: ["--data.prompts.max_length", "0"], ["--data.prompts.max_length must be >= 1"]),
     ("data_prompts_too_long", lambda d: ["--data.prompts.too_long", "wrap"], ["--data.prompts.too_long", "wrap"]),
     (
-        "data_batching_prompts",
-        lambda d: ["--data.batching.prompts_per_step", "0"],
-        ["--data.batching.prompts_per_step must be >= 1, got 0"],
+        "data_loader_prompts",
+        lambda d: ["--data.loader.prompts_per_step", "0"],
+        ["--data.loader.prompts_per_step must be >= 1, got 0"],
     ),
     (
-        "data_batching_val",
-        lambda d: ["--data.batching.val_batch_size", "0"],
-        ["--data.batching.val_batch_size must be >= 1"],
+        "data_loader_val",
+        lambda d: ["--data.loader.val_batch_size", "0"],
+        ["--data.loader.val_batch_size must be >= 1"],
     ),
     (
-        "data_batching_workers",
-        lambda d: ["--data.batching.num_workers", "-1"],
-        ["--data.batching.num_workers must be >= 0"],
+        "data_loader_workers",
+        lambda d: ["--data.loader.num_workers", "-1"],
+        ["--data.loader.num_workers must be >= 0"],
     ),
     ("data_flat_flag_of_before_the_groups", lambda d: ["--data.num_train", "5"], ["--data.num_train"]),
     (

@@ -67,7 +67,7 @@ def fit(
     dynamic: DynamicSampling, max_steps: int, tmp: Path | None = None, ckpt_path: str | None = None
 ) -> tuple[Inspect, L.Trainer]:
     data = Drawn(
-        source="maze", splits={"num_train": 64, "num_val": 0, "num_test": 0}, batching={"prompts_per_step": P},
+        source="maze", splits={"num_train": 64, "num_val": 0, "num_test": 0}, loader={"prompts_per_step": P},
         tokenizer_path="builtin:maze",
     )  # fmt: skip
     rollout = RolloutCallback(
