@@ -169,12 +169,11 @@ class PromptSettings:
         check_choice(f"{flag}.too_long", self.too_long, TooLongPolicy)
 
 
+# The group is `loader`, not `batching`: Lightning logs the module's and the data module's hyperparameters merged
+# and refuses a key of both with different values, and FGRPOModule has `batching`.
 @dataclass(frozen=True)
 class LoaderSettings:
-    """The data loaders: prompts per batch over all ranks, and worker processes.
-
-    Named ``loader`` rather than ``batching``: Lightning logs the module's and the data module's hyperparameters
-    together and refuses a key of both with different values (``FGRPOModule`` has ``batching``)."""
+    """The data loaders: prompts per batch over all ranks, and worker processes."""
 
     prompts_per_step: int = 8
     """Prompts per training step over all ranks (global P); each rank takes P / world_size, which must be a whole

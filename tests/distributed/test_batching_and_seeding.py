@@ -50,12 +50,12 @@ def test_seeds_of_a_global_batch_do_not_depend_on_the_rank_layout(world: int) ->
 
 # ---------------------------------------------------------------- global batch shares
 def test_per_rank_share_divides_or_refuses_with_the_numbers() -> None:
-    assert per_rank_share(256, 16, "--data.prompts_per_step") == 16
-    assert per_rank_share(4, 1, "--data.prompts_per_step") == 4
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=10 .* world size 4 .* e.g. 8 or 12"):
-        per_rank_share(10, 4, "--data.prompts_per_step")
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=2 .* world size 4 .* e.g. 4 or 8"):
-        per_rank_share(2, 4, "--data.prompts_per_step")
+    assert per_rank_share(256, 16, "--data.loader.prompts_per_step") == 16
+    assert per_rank_share(4, 1, "--data.loader.prompts_per_step") == 4
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=10 .* world size 4 .* e.g. 8 or 12"):
+        per_rank_share(10, 4, "--data.loader.prompts_per_step")
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=2 .* world size 4 .* e.g. 4 or 8"):
+        per_rank_share(2, 4, "--data.loader.prompts_per_step")
     assert per_rank_mini_batch(None, 4) is None
     assert per_rank_mini_batch(64, 16) == 4
     with pytest.raises(ValueError, match="--model.batching.mini_batch_prompts=6"):
