@@ -109,7 +109,7 @@ def contender(
     import torch
 
     from lit_fgrpo.callbacks import RolloutCallback
-    from lit_fgrpo.data import PromptDataModule
+    from lit_fgrpo.data import LoaderSettings, PromptDataModule, SplitSettings
     from lit_fgrpo.engines.base import SamplingConfig
     from lit_fgrpo.training.module import FGRPOModule
     from lit_fgrpo.training.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
@@ -135,7 +135,10 @@ def contender(
         optimizer=OptimizerSettings(lr=1e-3),
     )
     data = PromptDataModule(
-        source="maze", num_train=256, num_val=4, num_test=4, prompts_per_step=size["prompts"], seed=0
+        source="maze",
+        splits=SplitSettings(num_train=256, num_val=4, num_test=4),
+        loader=LoaderSettings(prompts_per_step=size["prompts"]),
+        seed=0,
     )
     rollout = RolloutCallback(
         engine=engine_kind,  # type: ignore[arg-type]

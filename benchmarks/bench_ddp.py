@@ -3,7 +3,7 @@
     python benchmarks/bench_ddp.py                 # 3 alternated repetitions of 30 RL steps each
     python benchmarks/bench_ddp.py --quick         # 1 repetition of 4 steps: checks that it runs
 
-Both contenders train the same global batch (``prompts_per_step`` of configs/maze_cpu.yaml, global) through
+Both contenders train the same global batch (``data.loader.prompts_per_step`` of configs/maze_cpu.yaml, global) through
 ``lit-fgrpo fit``, each in its own fresh processes, in alternating order. Steps/s is timed between the starts of
 training steps 2 and the last (the warm start, the model build and the DDP setup are not timed). Run it on an
 otherwise idle machine with at least 2 free cores; figures under load are not comparable.

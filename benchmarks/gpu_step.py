@@ -31,7 +31,13 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from lit_fgrpo.callbacks import RolloutCallback
-from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.data import (
+    LoaderSettings,
+    MazeSettings,
+    PromptDataModule,
+    PromptSettings,
+    SplitSettings,
+)
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
@@ -191,14 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy: {num_params / 1e6:.1f}M parameters, vocab {vocab}", flush=True)
         data = PromptDataModule(
             source="maze",
-            maze_rows=7,
-            maze_cols=7,
-            num_train=4 * args.prompts,
-            num_val=0,
-            num_test=0,
-            val_size=0,
-            prompts_per_step=args.prompts,
-            max_prompt_length=1024,
+            maze=MazeSettings(rows=7, cols=7),
+            splits=SplitSettings(num_train=4 * args.prompts, num_val=0, num_test=0, val_size=0),
+            prompts=PromptSettings(max_length=1024),
+            loader=LoaderSettings(prompts_per_step=args.prompts),
             tokenizer_path=tokenizer,
         )
         sampling = SamplingConfig(n=args.group, temperature=1.0, max_tokens=args.max_tokens)

@@ -1,7 +1,7 @@
 """Run ``../shared/tools/batch_walk.py`` with its leaf rule applied to today's paths.
 
 The tool names its leaves and cross-cutting files by the paths they had when it was written
-(``lit_fgrpo/rollout/hf``, ``lit_fgrpo/logprobs``, ``lit_fgrpo/timing``, ...). The roles are unchanged by the
+(``lit_fgrpo/engines/hf``, ``lit_fgrpo/models/logprobs``, ``lit_fgrpo/reporting/timing``, ...). The roles are unchanged by the
 layout of ``docs/architecture.md``; their files moved (engines to ``lit_fgrpo/engines/``, servers to
 ``lit_fgrpo/servers/``, the log-prob kernel to ``lit_fgrpo/models/``, timers and progress to
 ``lit_fgrpo/reporting/``). This runs the same tool, with the same rule, on both the old and the new paths:
@@ -19,16 +19,16 @@ import sys
 from pathlib import Path
 
 SAME_ROLE = {
-    "lit_fgrpo/rollout/hf": "lit_fgrpo/engines/hf",
+    "lit_fgrpo/engines/hf": "lit_fgrpo/engines/hf",
     "lit_fgrpo/rollout/vllm": "lit_fgrpo/engines/vllm",
-    "lit_fgrpo/rollout/servers/": "lit_fgrpo/servers/",
-    "lit_fgrpo/rollout/decode": "lit_fgrpo/engines/decode",
-    "lit_fgrpo/rollout/cpu_split": "lit_fgrpo/engines/cpu_split",
-    "lit_fgrpo/rollout/row_sampling": "lit_fgrpo/engines/row_sampling",
-    "lit_fgrpo/logprobs": "lit_fgrpo/models/logprobs",
-    "lit_fgrpo/timing": "lit_fgrpo/reporting/timing",
-    "lit_fgrpo/progress": "lit_fgrpo/reporting/progress",
-    "lit_fgrpo/notices": "lit_fgrpo/reporting/notices",
+    "lit_fgrpo/servers/": "lit_fgrpo/servers/",
+    "lit_fgrpo/engines/decode": "lit_fgrpo/engines/decode",
+    "lit_fgrpo/engines/cpu_split": "lit_fgrpo/engines/cpu_split",
+    "lit_fgrpo/engines/row_sampling": "lit_fgrpo/engines/row_sampling",
+    "lit_fgrpo/models/logprobs": "lit_fgrpo/models/logprobs",
+    "lit_fgrpo/reporting/timing": "lit_fgrpo/reporting/timing",
+    "lit_fgrpo/reporting/progress": "lit_fgrpo/reporting/progress",
+    "lit_fgrpo/reporting/notices": "lit_fgrpo/reporting/notices",
 }
 """The tool's path prefix -> the same role's path today (the tool's own prefixes are kept too)."""
 

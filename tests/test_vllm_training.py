@@ -180,7 +180,7 @@ def make_cli(tmp: Path, max_steps: int, importance_correction: str) -> Any:
     cfg["model"]["optimizer"]["lr"] = 3e-3
     cfg["model"]["batching"]["mini_batch_prompts"] = 2  # two optimizer steps per rollout batch: global_step moves by 2
     cfg["model"]["policy"]["save_pretrained_dir"] = None
-    cfg["data"]["num_train"] = 64
+    cfg["data"]["splits"]["num_train"] = 64
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     cli = cli_main(["--config", str(path)], run=False, trainer_defaults={"logger": False})

@@ -95,20 +95,12 @@ def file_with_key(key: str, paths: Sequence[str]) -> str | None:
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None or _sets_null(name, key):
+            if not (isinstance(node, dict) and part in node):
+                break
+            node = node[part]
+        else:  # the file sets the key, even to null (``model: {nosuch: }``); a key of that name elsewhere does not
             return name
     return None
-
-
-def _sets_null(name: str, key: str) -> bool:
-    # A key set to null (``model: {nosuch: }``) is still the culprit: look for its last part in the text.
-    try:
-        return (
-            re.search(rf"^\s*{re.escape(key.rsplit('.', 1)[-1])}\s*:", Path(name).read_text(), flags=re.M) is not None
-        )
-    except (OSError, UnicodeDecodeError):
-        return False
 
 
 def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str, str | None]:
@@ -124,9 +116,9 @@ def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str,
     if linked:  # a setting that LightningCLI fills from others (link_arguments) was given itself
         sources = " or ".join(f"--{name.strip()}" for name in linked.group(1).split(","))
         return f"--{linked.group(2)} is set from {sources}; give that instead", None
-    flat = re.search(r"unrecognized arguments: --model\.(\w+)\b", message)
+    flat = re.search(r"unrecognized arguments: --(model|data)\.(\w+)\b", message)
     if flat:
-        return message, _grouped_hint(f"model.{flat.group(1)}")
+        return message, _grouped_hint(f"{flat.group(1)}.{flat.group(2)}")
     found = explain(err)
     owner = next((key[1:-1] for key in found.keys if key.startswith("(")), None)
     if re.search(r"has no attribute|No module named|does not exist|not found", found.message):
@@ -137,12 +129,18 @@ def _argument_error(err: BaseException, paths: Sequence[str] = ()) -> tuple[str,
 
 
 def _grouped_hint(key: str) -> str:
-    # FGRPOModule's settings were flat before they were grouped: say where an old name lives now.
+    # FGRPOModule's and PromptDataModule's settings were flat before they were grouped: say where an old name lives now.
     from lit_fgrpo.training.module_settings import FLAT_NAMES
 
     name = key.removeprefix("model.")
     if key.startswith("model.") and name in FLAT_NAMES:
         return f"the model's settings are grouped: use --model.{FLAT_NAMES[name]}.{name} (model: {{{FLAT_NAMES[name]}: ...}})"
+    from lit_fgrpo.data.data_settings import FLAT_NAMES as DATA_FLAT_NAMES  # the data module's, likewise
+
+    name = key.removeprefix("data.")
+    if key.startswith("data.") and name in DATA_FLAT_NAMES:
+        group, field = DATA_FLAT_NAMES[name]
+        return f"the data module's settings are grouped: use --data.{group}.{field} (data: {{{group}: ...}})"
     return _HELP_HINT
 
 

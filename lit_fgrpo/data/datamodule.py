@@ -5,13 +5,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
+from typing_extensions import Self
 
-from lit_fgrpo.data.records import NonStringAnswers, PromptRecord, SourceExample, TooLongPolicy, render_records
+from lit_fgrpo.data.data_settings import (
+    FILE_SOURCES,
+    FLAG,
+    GROUPS,
+    FileSettings,
+    LoaderSettings,
+    MazeSettings,
+    PromptSettings,
+    ReasoningGymSettings,
+    Source,
+    SplitSettings,
+    data_checkpoint_init_args,
+)
+from lit_fgrpo.data.records import PromptRecord, SourceExample, render_records
 from lit_fgrpo.data.sources import (
     read_arithmetic_splits,
     read_disk_dataset,
@@ -22,15 +36,15 @@ from lit_fgrpo.data.sources import (
 )
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.rank_layout import per_rank_share
-from lit_fgrpo.errors import DataError
+from lit_fgrpo.errors import ConfigError, DataError
 from lit_fgrpo.models.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
-from lit_fgrpo.tasks.maze import MazeConfig
 from lit_fgrpo.training.settings_mapping import settings_from
 
 log = logging.getLogger(__name__)
 
-Source = Literal["jsonl", "parquet", "disk", "maze", "reasoning_gym", "arithmetic"]
+PROMPTS_PER_STEP = f"{FLAG}.loader.prompts_per_step"
+"""The global batch's flag, named when it does not divide by the world size."""
 
 
 def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
@@ -41,9 +55,9 @@ def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
 class PromptDataModule(L.LightningDataModule):
     """Streams training prompts (``list[PromptRecord]`` batches) and serves fixed eval sets.
 
-    Batch sizes are global, as TRL, verl and the paper report them: ``prompts_per_step`` prompts per optimisation
-    step over all ranks, each rank taking ``prompts_per_step / world_size`` of them (refused when it does not
-    divide), so the same config trains on the same prompts on 1 rank or 16.
+    Batch sizes are global, as TRL, verl and the paper report them: ``loader.prompts_per_step`` prompts per
+    optimisation step over all ranks, each rank taking ``prompts_per_step / world_size`` of them (refused when it does
+    not divide), so the same config trains on the same prompts on 1 rank or 16.
 
     Training is an endless :class:`~lit_fgrpo.data.streaming.PromptStream`, reshuffled every epoch and sharded by
     rank and dataloader worker; bound the run with ``max_steps``. Its position is saved in Lightning checkpoints
@@ -52,94 +66,73 @@ class PromptDataModule(L.LightningDataModule):
     the batch that would have come next, for any ``num_workers``. The LightningModule should therefore not
     override ``on_before_batch_transfer`` or ``transfer_batch_to_device`` (Lightning would use these).
 
-    Prompts longer than ``max_prompt_length`` follow ``too_long``: skipped by default, with a warning that gives
-    the count.
+    Prompts longer than ``prompts.max_length`` follow ``prompts.too_long``: skipped by default, with a warning that
+    gives the count.
 
     Args:
         source: Where prompts come from: ``jsonl`` / ``parquet`` files, ``disk`` (a ``datasets`` folder from
             ``save_to_disk``), ``maze`` (generated mazes), ``reasoning_gym`` (a dataset by name) or ``arithmetic``
             (generated sums for a small instruct model, :mod:`lit_fgrpo.tasks.arithmetic`).
-        train_path: Training file or folder (jsonl, parquet, disk).
-        val_path: Validation file or folder; if unset, ``val_size`` training rows are held out instead.
-        test_path: Optional test file or folder (jsonl, parquet, disk); the maze source has its own test split.
-        prompt_field: Field holding the prompt: a string, or a list of chat messages.
-        answer_field: Required answer field (checked in every row), passed to rewards as the ``answer`` column.
-        system_prompt: Optional system message, e.g. "Please reason step by step, and put your final answer
-            within \\boxed{}."
-        reasoning_gym_name: reasoning-gym dataset name, e.g. ``countdown`` (source ``reasoning_gym``).
-        dataset_size: Training entries to generate (source ``reasoning_gym``).
-        maze_rows: Maze cell rows.
-        maze_cols: Maze cell columns.
-        maze_newline_tokens: End every maze prompt row with a ``NEWLINE`` token.
-        maze_border_walls: Write the outer wall border in maze prompts.
-        arithmetic: The ``arithmetic`` source's questions: operand range, operators, terms, instruction.
-        num_train: Training mazes or arithmetic questions.
-        num_val: Validation mazes or arithmetic questions.
-        num_test: Test mazes or arithmetic questions.
-        prompts_per_step: Prompts per training step over all ranks (global P); each rank takes P / world_size,
-            which must be a whole number.
-        val_batch_size: Prompts per validation/test batch over all ranks (each rank takes the rounded-up share);
-            defaults to ``prompts_per_step``.
-        max_prompt_length: Longest prompt in tokens.
-        too_long: Longer prompts: ``skip`` (counted, warned), ``truncate_left`` (keep the last tokens, counted,
-            warned) or ``error``.
-        seed: Seed for shuffling, held-out validation rows, mazes and reasoning-gym generation.
-        num_workers: Dataloader worker processes (0 loads in the main process; the resume point is exact either way).
-        val_size: Held-out validation rows when ``val_path`` is unset, or reasoning-gym validation entries (0 = none).
+        files: The file sources' paths and fields (``--data.files.*``; :class:`~lit_fgrpo.data.data_settings.FileSettings`).
+        maze: The maze source's size and prompt layout (``--data.maze.*``;
+            :class:`~lit_fgrpo.data.data_settings.MazeSettings`).
+        arithmetic: The arithmetic source's questions: operand range, operators, terms, instruction
+            (``--data.arithmetic.*``; :class:`~lit_fgrpo.tasks.arithmetic.ArithmeticSettings`).
+        reasoning_gym: The reasoning-gym dataset name and size (``--data.reasoning_gym.*``;
+            :class:`~lit_fgrpo.data.data_settings.ReasoningGymSettings`).
+        splits: Prompts per split: generated training, validation and test prompts, held-out validation rows
+            (``--data.splits.*``; :class:`~lit_fgrpo.data.data_settings.SplitSettings`).
+        prompts: System message, length limit and what to do with longer prompts (``--data.prompts.*``;
+            :class:`~lit_fgrpo.data.data_settings.PromptSettings`).
+        loader: Global prompts per training step and per evaluation batch, dataloader workers
+            (``--data.loader.*``; :class:`~lit_fgrpo.data.data_settings.LoaderSettings`).
+        seed: Seed for shuffling, held-out validation rows, mazes, arithmetic questions and reasoning-gym generation.
         tokenizer_path: Tokenizer to load with ``AutoTokenizer``; else use ``set_tokenizer`` (the maze source falls
-            back to the maze word tokenizer).
-        non_string_answers: An answer that is a number or a list: ``error`` (file and row named) or ``str``
-            (converted with ``str()``, counted and logged) (jsonl, parquet, disk).
+            back to the maze word tokenizer). On the command line it is the policy's (``--model.policy.tokenizer``,
+            else ``--model.policy.model``).
+
+    Each group may also be given as a mapping of its fields (as checkpoints store them).
     """
 
     def __init__(
         self,
         source: Source = "maze",
-        train_path: str | None = None,
-        val_path: str | None = None,
-        test_path: str | None = None,
-        prompt_field: str = "prompt",
-        answer_field: str = "answer",
-        system_prompt: str | None = None,
-        reasoning_gym_name: str | None = None,
-        dataset_size: int = 1000,
-        maze_rows: int = 4,
-        maze_cols: int = 4,
-        maze_newline_tokens: bool = True,
-        maze_border_walls: bool = True,
-        arithmetic: ArithmeticSettings | dict[str, Any] = ArithmeticSettings(),
-        num_train: int = 1000,
-        num_val: int = 100,
-        num_test: int = 100,
-        prompts_per_step: int = 8,
-        val_batch_size: int | None = None,
-        max_prompt_length: int = 512,
-        too_long: TooLongPolicy = "skip",
+        files: FileSettings = FileSettings(),
+        maze: MazeSettings = MazeSettings(),
+        arithmetic: ArithmeticSettings = ArithmeticSettings(),
+        reasoning_gym: ReasoningGymSettings = ReasoningGymSettings(),
+        splits: SplitSettings = SplitSettings(),
+        prompts: PromptSettings = PromptSettings(),
+        loader: LoaderSettings = LoaderSettings(),
         seed: int = 0,
-        num_workers: int = 0,
-        val_size: int = 64,
         tokenizer_path: str | None = None,
-        non_string_answers: NonStringAnswers = "error",
     ) -> None:
         super().__init__()
-        self.arithmetic = settings_from(ArithmeticSettings, arithmetic, "--data.arithmetic")
-        # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a
-        # frozen dataclass (as FGRPOModule's groups).
-        self.save_hyperparameters(ignore=["arithmetic"])
-        self.save_hyperparameters(dict(self.hparams) | {"arithmetic": dataclasses.asdict(self.arithmetic)})
-        self.source = source
-        self.train_path, self.val_path, self.test_path = train_path, val_path, test_path
-        self.prompt_field, self.answer_field, self.system_prompt = prompt_field, answer_field, system_prompt
-        self.reasoning_gym_name, self.dataset_size = reasoning_gym_name, dataset_size
-        self.maze_options = (maze_rows, maze_cols, maze_newline_tokens, maze_border_walls)
-        self.num_train, self.num_val, self.num_test = num_train, num_val, num_test
-        self.prompts_per_step = prompts_per_step
-        self.val_batch_size = val_batch_size or prompts_per_step
-        self.max_prompt_length, self.too_long = max_prompt_length, too_long
-        self.seed, self.num_workers, self.val_size = seed, num_workers, val_size
-        self.tokenizer_path = tokenizer_path
-        self.non_string_answers: NonStringAnswers = non_string_answers
+        self.source: Source = source
+        self.files = settings_from(FileSettings, files, f"{FLAG}.files")
+        """The file sources' paths and fields (``--data.files.*``)."""
+        self.maze = settings_from(MazeSettings, maze, f"{FLAG}.maze")
+        """The maze source's size and layout (``--data.maze.*``)."""
+        self.arithmetic = settings_from(ArithmeticSettings, arithmetic, f"{FLAG}.arithmetic")
+        """The arithmetic source's questions (``--data.arithmetic.*``)."""
+        self.reasoning_gym = settings_from(ReasoningGymSettings, reasoning_gym, f"{FLAG}.reasoning_gym")
+        """The reasoning-gym dataset (``--data.reasoning_gym.*``)."""
+        self.split_settings = settings_from(SplitSettings, splits, f"{FLAG}.splits")
+        """Prompts per split (``--data.splits.*``); :attr:`splits` holds the rendered records."""
+        self.prompts = settings_from(PromptSettings, prompts, f"{FLAG}.prompts")
+        """Rendering: system message, length limit (``--data.prompts.*``)."""
+        self.loader = settings_from(LoaderSettings, loader, f"{FLAG}.loader")
+        """Global batch sizes and dataloader workers (``--data.loader.*``)."""
+        self.seed, self.tokenizer_path = seed, tokenizer_path
         self._validate_args()
+        self.save_hyperparameters()
+        # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a
+        # frozen dataclass (as FGRPOModule's groups). Saved again so that hparams_initial holds the dicts too.
+        groups: tuple[Any, ...] = (self.files, self.maze, self.arithmetic, self.reasoning_gym, self.split_settings,
+                                   self.prompts, self.loader)  # fmt: skip
+        self.save_hyperparameters(
+            dict(self.hparams) | {name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)}
+        )
         self.tokenizer: Any = None
         self.splits: dict[str, list[PromptRecord]] = {}
         """Rendered records per split (``train``, ``val``, ``test``), filled by :meth:`setup`."""
@@ -147,48 +140,34 @@ class PromptDataModule(L.LightningDataModule):
         self._pending_state: dict[str, Any] | None = None
         self._drawn_prompts = 0  # this rank's cursor of draw_prompts (dynamic sampling), in records
 
-    def _validate_args(self) -> None:
-        def fail(flag: str, problem: str) -> DataError:
-            return DataError(f"PromptDataModule.{flag} {problem}")
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Self:  # type: ignore[override]
+        """Lightning's loader; a checkpoint with the flat data settings of before the groups is migrated first."""
+        kwargs = data_checkpoint_init_args(checkpoint_path) | kwargs
+        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[no-any-return]
 
-        if self.source not in get_args(Source):
-            raise fail("source", f"must be one of {get_args(Source)}, got {self.source!r}")
-        if self.non_string_answers not in get_args(NonStringAnswers):
-            raise fail(
-                "non_string_answers", f"must be one of {get_args(NonStringAnswers)}, got {self.non_string_answers!r}"
-            )
-        if self.too_long not in get_args(TooLongPolicy):
-            raise fail("too_long", f"must be one of {get_args(TooLongPolicy)}, got {self.too_long!r}")
-        for flag in ("prompts_per_step", "val_batch_size", "max_prompt_length", "dataset_size", "num_train"):
-            if getattr(self, flag) < 1:
-                raise fail(flag, f"must be >= 1, got {getattr(self, flag)}")
-        for flag in ("num_workers", "val_size", "num_val", "num_test"):
-            if getattr(self, flag) < 0:
-                raise fail(flag, f"must be >= 0, got {getattr(self, flag)}")
-        if self.source in ("jsonl", "parquet", "disk"):
-            if self.train_path is None:
-                raise fail("train_path", f"is required with source={self.source!r}")
-            for flag in ("train_path", "val_path", "test_path"):
-                path = getattr(self, flag)
+    def _validate_args(self) -> None:
+        """The checks across groups (each group checked its own values); one line naming the full flag."""
+        source = self.source
+        if source not in get_args(Source):
+            raise ConfigError(f"{FLAG}.source must be one of {get_args(Source)}, got {source!r}")
+        if source in FILE_SOURCES:
+            if self.files.train_path is None:
+                raise ConfigError(f"{FLAG}.files.train_path is required with {FLAG}.source {source}")
+            for name in ("train_path", "val_path", "test_path"):
+                path = getattr(self.files, name)
                 if path is not None and not Path(path).exists():
-                    raise fail(flag, f"does not exist: {path}")
-        if self.source == "reasoning_gym" and not self.reasoning_gym_name:
-            raise fail("reasoning_gym_name", "is required with source='reasoning_gym'")
-        if self.source == "maze":
-            try:
-                self._maze_config()
-            except ValueError as err:
-                raise fail("maze_rows/maze_cols", str(err)) from None
+                    raise DataError(f"{FLAG}.files.{name} does not exist: {path}")
+        if source == "reasoning_gym" and not self.reasoning_gym.name:
+            raise ConfigError(f"{FLAG}.reasoning_gym.name is required with {FLAG}.source reasoning_gym")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"{FLAG}.seed: expected an int, got {self.seed!r}")
         if (
             self.tokenizer_path is not None
             and self.tokenizer_path != BUILTIN_MAZE_TOKENIZER
             and not Path(self.tokenizer_path).exists()
         ):
-            raise fail("tokenizer_path", f"does not exist: {self.tokenizer_path}")
-
-    def _maze_config(self) -> MazeConfig:
-        rows, cols, newline_tokens, border_walls = self.maze_options
-        return MazeConfig(rows=rows, cols=cols, newline_tokens=newline_tokens, border_walls=border_walls)
+            raise DataError(f"{FLAG}.tokenizer_path does not exist: {self.tokenizer_path}")
 
     def set_tokenizer(self, tokenizer: Any) -> None:
         """Use this tokenizer (normally the policy's) to render and tokenize prompts; re-renders on a change."""
@@ -212,61 +191,68 @@ class PromptDataModule(L.LightningDataModule):
         return self.tokenizer
 
     def _read(self, path: str) -> list[SourceExample]:
-        required = (self.answer_field,)
-        rule = self.non_string_answers
+        files = self.files
+        required, rule = (files.answer_field,), files.non_string_answers
         if self.source == "jsonl":
-            examples = read_jsonl(path, self.prompt_field, required, non_string_answers=rule)
+            examples = read_jsonl(path, files.prompt_field, required, non_string_answers=rule)
         elif self.source == "parquet":
-            examples = read_parquet(path, self.prompt_field, required, non_string_answers=rule)
+            examples = read_parquet(path, files.prompt_field, required, non_string_answers=rule)
         else:
-            examples = read_disk_dataset(path, "train", self.prompt_field, required, non_string_answers=rule)
-        if self.answer_field != "answer":
+            examples = read_disk_dataset(path, "train", files.prompt_field, required, non_string_answers=rule)
+        if files.answer_field != "answer":
             for example in examples:
-                example.columns["answer"] = example.columns[self.answer_field]
+                example.columns["answer"] = example.columns[files.answer_field]
         return examples
 
     def _read_splits(self) -> dict[str, list[SourceExample]]:
+        sizes = self.split_settings
         if self.source == "maze":
-            return read_maze_splits(self._maze_config(), self.num_train, self.num_val, self.num_test, self.seed)
+            return read_maze_splits(self.maze.config(), sizes.num_train, sizes.num_val, sizes.num_test, self.seed)
         if self.source == "arithmetic":
-            return read_arithmetic_splits(self.arithmetic, self.num_train, self.num_val, self.num_test, self.seed)
+            return read_arithmetic_splits(self.arithmetic, sizes.num_train, sizes.num_val, sizes.num_test, self.seed)
         if self.source == "reasoning_gym":
-            assert self.reasoning_gym_name is not None
-            examples = read_reasoning_gym(self.reasoning_gym_name, self.seed, self.dataset_size + self.val_size)
-            return {"train": examples[: self.dataset_size], "val": examples[self.dataset_size :]}
-        assert self.train_path is not None
-        splits = {"train": self._read(self.train_path)}
-        if self.val_path is not None:
-            splits["val"] = self._read(self.val_path)
-        elif self.val_size:
-            if self.val_size >= len(splits["train"]):
+            gym = self.reasoning_gym
+            assert gym.name is not None
+            examples = read_reasoning_gym(gym.name, self.seed, gym.dataset_size + sizes.val_size)
+            return {"train": examples[: gym.dataset_size], "val": examples[gym.dataset_size :]}
+        files = self.files
+        assert files.train_path is not None
+        splits = {"train": self._read(files.train_path)}
+        if files.val_path is not None:
+            splits["val"] = self._read(files.val_path)
+        elif sizes.val_size:
+            if sizes.val_size >= len(splits["train"]):
                 raise DataError(
-                    f"PromptDataModule.val_size={self.val_size} leaves no training rows of {len(splits['train'])}"
+                    f"{FLAG}.splits.val_size={sizes.val_size} leaves no training rows of {len(splits['train'])} "
+                    f"in {files.train_path}",
+                    hint=f"hold out fewer rows, or give {FLAG}.files.val_path",
                 )
             held_out = set(torch.randperm(len(splits["train"]), generator=torch.Generator().manual_seed(self.seed))
-                           [: self.val_size].tolist())  # fmt: skip
+                           [: sizes.val_size].tolist())  # fmt: skip
             splits["val"] = [ex for ex in splits["train"] if ex.index in held_out]
             splits["train"] = [ex for ex in splits["train"] if ex.index not in held_out]
-        if self.test_path is not None:
-            splits["test"] = self._read(self.test_path)
+        if files.test_path is not None:
+            splits["test"] = self._read(files.test_path)
         return splits
 
     def setup(self, stage: str | None = None) -> None:
         """Read, render and tokenize every split (once; later calls reuse them)."""
         if self.trainer is not None:  # refuse a global batch that does not divide before reading any data
-            per_rank_share(self.prompts_per_step, self.trainer.world_size, "--data.prompts_per_step")
+            per_rank_share(self.loader.prompts_per_step, self.trainer.world_size, PROMPTS_PER_STEP)
         if self.splits:
             return
         tokenizer = self._resolve_tokenizer()
-        origin = {"reasoning_gym": self.reasoning_gym_name, "arithmetic": "generated"}.get(self.source, self.train_path)
+        origin = {"reasoning_gym": self.reasoning_gym.name, "arithmetic": "generated"}.get(
+            self.source, self.files.train_path
+        )
         for name, examples in self._read_splits().items():
             if examples:
                 self.splits[name] = render_records(
                     examples,
                     tokenizer,
-                    self.max_prompt_length,
-                    self.too_long,
-                    self.system_prompt,
+                    self.prompts.max_length,
+                    self.prompts.too_long,
+                    self.prompts.system_prompt,
                     source=f"{self.source}:{origin or name} ({name} split)",
                 )
 
@@ -275,13 +261,14 @@ class PromptDataModule(L.LightningDataModule):
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
     def _loader(self, stream: PromptStream) -> DataLoader:
-        return DataLoader(stream, batch_size=None, collate_fn=keep_batch, num_workers=self.num_workers)
+        return DataLoader(stream, batch_size=None, collate_fn=keep_batch, num_workers=self.loader.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        """Endless stream of ``list[PromptRecord]`` batches: this rank's ``prompts_per_step / world_size`` prompts."""
+        """Endless stream of ``list[PromptRecord]`` batches: this rank's ``prompts_per_step / world_size`` prompts
+        (``--data.loader.prompts_per_step``)."""
         self.setup("fit")
         rank, world_size = self._rank_and_world()
-        per_rank = per_rank_share(self.prompts_per_step, world_size, "--data.prompts_per_step")
+        per_rank = per_rank_share(self.loader.prompts_per_step, world_size, PROMPTS_PER_STEP)
         stream = PromptStream(self.splits["train"], per_rank, seed=self.seed, rank=rank, world_size=world_size)
         stream.count_yielded = False  # counted in on_before_batch_transfer, after Lightning's prefetch
         if self._pending_state is not None:
@@ -314,7 +301,7 @@ class PromptDataModule(L.LightningDataModule):
         if split not in self.splits:
             return []
         rank, world_size = self._rank_and_world()
-        per_rank = -(-self.val_batch_size // world_size)  # evaluation batches may be short: no need to divide
+        per_rank = -(-self.loader.eval_batch_size // world_size)  # evaluation batches may be short: no need to divide
         stream = PromptStream(self.splits[split], per_rank, infinite=False, rank=rank, world_size=world_size)
         return self._loader(stream)
 
@@ -323,7 +310,7 @@ class PromptDataModule(L.LightningDataModule):
         return self._eval_loader("val")
 
     def test_dataloader(self) -> DataLoader | list:
-        """The test split (maze, or ``test_path``), one pass in order (an empty list when there is none)."""
+        """The test split (generated sources, or ``files.test_path``), one pass in order (an empty list when there is none)."""
         return self._eval_loader("test")
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

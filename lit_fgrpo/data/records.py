@@ -23,6 +23,10 @@ many rows were converted. Lists, dicts and booleans are always refused: their ``
 
 TooLongPolicy = Literal["error", "truncate_left", "skip"]
 """What to do with a prompt longer than ``max_prompt_length`` tokens."""
+MAX_LENGTH = "--data.prompts.max_length"
+"""The flag of the prompt length limit, named in the messages."""
+TOO_LONG = "--data.prompts.too_long"
+"""The flag of the too-long policy, named in the messages."""
 
 Question = str | list[dict[str, str]]
 """A plain question, or a conversation as ``[{"role": ..., "content": ...}, ...]`` (TRL's conversational format)."""
@@ -114,8 +118,8 @@ def render_records(
             num_too_long += 1
             if too_long == "error":
                 raise DataError(
-                    f"{source}: prompt {example.index} has {len(ids)} tokens > max_prompt_length={max_prompt_length} "
-                    "(raise max_prompt_length or set too_long='skip' / 'truncate_left')"
+                    f"{source}: prompt {example.index} has {len(ids)} tokens > {MAX_LENGTH}={max_prompt_length} "
+                    f"(raise it, or set {TOO_LONG} to skip or truncate_left)"
                 )
             if too_long == "skip":
                 continue
@@ -125,13 +129,14 @@ def render_records(
     if num_too_long:
         action = "skipped" if too_long == "skip" else "left-truncated"
         log.warning(
-            "%s: %d of %d prompts exceed max_prompt_length=%d tokens and were %s",
+            "%s: %d of %d prompts exceed %s=%d tokens and were %s",
             source,
             num_too_long,
             len(examples),
+            MAX_LENGTH,
             max_prompt_length,
             action,
         )
     if not records:
-        raise DataError(f"{source}: all {len(examples)} prompts exceed max_prompt_length={max_prompt_length}")
+        raise DataError(f"{source}: all {len(examples)} prompts exceed {MAX_LENGTH}={max_prompt_length}")
     return records

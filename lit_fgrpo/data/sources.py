@@ -48,7 +48,7 @@ def _check_row(
             continue
         raise DataError(
             f"{where}: field {name!r} must be a string, got {type(value).__name__} {value!r}",
-            hint="write the answer as a string (numbers can be converted with non_string_answers='str')",
+            hint="write the answer as a string (numbers can be converted with --data.files.non_string_answers str)",
         )
     return SourceExample(question=question, columns=columns, index=index)
 

@@ -22,7 +22,7 @@ def per_rank_share(global_count: int, world_size: int, flag: str) -> int:
     Args:
         global_count: The count over all ranks.
         world_size: Number of ranks (``devices x num_nodes``).
-        flag: The setting's name for the error message, e.g. ``--data.prompts_per_step``.
+        flag: The setting's name for the error message, e.g. ``--data.loader.prompts_per_step``.
 
     Raises:
         ValueError: One line naming the flag and the numbers when ``global_count`` is not a positive multiple of

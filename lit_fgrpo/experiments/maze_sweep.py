@@ -35,6 +35,7 @@ import lightning as L
 import torch
 
 from lit_fgrpo.commands.cli_errors import precheck_config_files, subcommand_error
+from lit_fgrpo.data.data_settings import LoaderSettings, MazeSettings, SplitSettings
 from lit_fgrpo.experiments.arms_words import check_config_arms, quote_arms
 from lit_fgrpo.experiments.rare_pool import build_rare_pool
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
@@ -236,9 +237,11 @@ def _run_seed(
     """Warm start (or reload) seed ``seed``, then train and evaluate its pending (arm, milestone) units in order."""
     val_ks = sorted({k for k in s["ks"] if k <= s["val_samples"]} | {1})
     data_args: dict[str, Any] = dict(
-        source="maze", maze_rows=s["maze_rows"], maze_cols=s["maze_cols"], num_train=s["num_train"],
-        num_val=s["num_val"], num_test=s["num_test"], prompts_per_step=s["prompts_per_step"], val_batch_size=64,
-        seed=seed, val_size=s["num_val"], tokenizer_path="builtin:maze",
+        source="maze", maze=MazeSettings(rows=s["maze_rows"], cols=s["maze_cols"]),
+        splits=SplitSettings(num_train=s["num_train"], num_val=s["num_val"], num_test=s["num_test"],
+                             val_size=s["num_val"]),
+        loader=LoaderSettings(prompts_per_step=s["prompts_per_step"], val_batch_size=64),
+        seed=seed, tokenizer_path="builtin:maze",
     )  # fmt: skip
     # Every group but the objective (temperature 1 and the arm's gamma and method: Arm.module).
     module_args: dict[str, Any] = dict(

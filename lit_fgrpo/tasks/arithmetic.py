@@ -101,7 +101,7 @@ def make_arithmetic_splits(
     wanted = num_train + num_val + num_test
     if wanted > settings.universe:
         raise ConfigError(
-            f"--data.num_train + num_val + num_test = {wanted} exceeds the {settings.universe} distinct arithmetic "
+            f"--data.splits.num_train + num_val + num_test = {wanted} exceeds the {settings.universe} distinct arithmetic "
             "questions of --data.arithmetic; widen the operand range or ask for fewer"
         )
     rng = random.Random(seed)

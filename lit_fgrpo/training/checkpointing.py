@@ -157,11 +157,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _leaves(settings: dict[str, Any]) -> dict[str, Any]:
+def _leaves(settings: dict[str, Any], groups: Any = GROUPS) -> dict[str, Any]:
     # {"optimizer": {"lr": 1e-3}, "val_pass_at_k": [1]} -> {"optimizer.lr": 1e-3, "val_pass_at_k": [1]}
     flat: dict[str, Any] = {}
     for key, value in settings.items():
-        if key in GROUPS and isinstance(value, dict):
+        if key in groups and isinstance(value, dict):
             flat |= {f"{key}.{name}": item for name, item in value.items()}
         else:
             flat[key] = value
@@ -177,6 +177,12 @@ def compare_settings(saved: dict[str, Any], config: dict[str, Any], prefix: str,
     saved, config = _plain(saved), _plain(config)
     if prefix == "model":  # compared per setting of each group; a checkpoint from before the groups is migrated
         saved, config = _leaves(grouped_settings(saved)), _leaves(grouped_settings(config))
+    elif prefix == "data":  # the data module's groups, likewise
+        from lit_fgrpo.data.data_settings import GROUPS as DATA_GROUPS
+        from lit_fgrpo.data.data_settings import grouped_data_settings
+
+        saved = _leaves(grouped_data_settings(saved), DATA_GROUPS)
+        config = _leaves(grouped_data_settings(config), DATA_GROUPS)
     differences = []
     for key in sorted(set(saved) & set(config)):
         if saved[key] == config[key]:

@@ -100,8 +100,8 @@ class BatchingSettings:
     num_iterations: int = 1
     """Passes over each rollout batch (mu); > 1 stores old log-probs."""
     mini_batch_prompts: int | None = None
-    """Prompts per optimizer step over all ranks (global, like ``prompts_per_step``; each rank takes its share);
-    None = one step per rollout batch."""
+    """Prompts per optimizer step over all ranks (global, like ``--data.loader.prompts_per_step``; each rank takes
+    its share); None = one step per rollout batch."""
     micro_batch_rows: int = 64
     """Rows per forward/backward; gradients accumulate over a mini-batch."""
     logprob_chunk_rows: int = 64

@@ -48,8 +48,9 @@ def fit(
     **module_kwargs: Any,
 ) -> tuple[torch.nn.Module, MemoryLogger, TrainedPositions]:
     data = PromptDataModule(
-        source="maze", num_train=64, num_val=4, num_test=4, prompts_per_step=4, tokenizer_path="builtin:maze"
-    )
+        source="maze", splits={"num_train": 64, "num_val": 4, "num_test": 4}, loader={"prompts_per_step": 4},
+        tokenizer_path="builtin:maze",
+    )  # fmt: skip
     rollout = RolloutCallback(
         engine=engine,  # type: ignore[arg-type]
         sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),

@@ -50,12 +50,12 @@ def test_seeds_of_a_global_batch_do_not_depend_on_the_rank_layout(world: int) ->
 
 # ---------------------------------------------------------------- global batch shares
 def test_per_rank_share_divides_or_refuses_with_the_numbers() -> None:
-    assert per_rank_share(256, 16, "--data.prompts_per_step") == 16
-    assert per_rank_share(4, 1, "--data.prompts_per_step") == 4
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=10 .* world size 4 .* e.g. 8 or 12"):
-        per_rank_share(10, 4, "--data.prompts_per_step")
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=2 .* world size 4 .* e.g. 4 or 8"):
-        per_rank_share(2, 4, "--data.prompts_per_step")
+    assert per_rank_share(256, 16, "--data.loader.prompts_per_step") == 16
+    assert per_rank_share(4, 1, "--data.loader.prompts_per_step") == 4
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=10 .* world size 4 .* e.g. 8 or 12"):
+        per_rank_share(10, 4, "--data.loader.prompts_per_step")
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=2 .* world size 4 .* e.g. 4 or 8"):
+        per_rank_share(2, 4, "--data.loader.prompts_per_step")
     assert per_rank_mini_batch(None, 4) is None
     assert per_rank_mini_batch(64, 16) == 4
     with pytest.raises(ValueError, match="--model.batching.mini_batch_prompts=6"):
@@ -102,15 +102,22 @@ def ddp_trainer(devices: int) -> L.Trainer:
     return L.Trainer(accelerator="cpu", devices=devices, strategy="ddp", logger=False, enable_progress_bar=False)
 
 
+def maze_module() -> PromptDataModule:
+    return PromptDataModule(
+        source="maze", splits={"num_train": 40, "num_val": 4, "num_test": 4, "val_size": 4},
+        loader={"prompts_per_step": 8},
+    )  # fmt: skip
+
+
 def test_datamodule_gives_each_rank_its_share_of_the_global_batch() -> None:
-    dm = PromptDataModule(source="maze", num_train=40, num_val=4, num_test=4, prompts_per_step=8, val_size=4)
+    dm = maze_module()
     dm.trainer = ddp_trainer(2)
     batch = next(iter(dm.train_dataloader()))
     assert len(batch) == 4 and [r.position for r in batch] == [0, 2, 4, 6]
 
 
 def test_datamodule_refuses_a_global_batch_that_does_not_divide() -> None:
-    dm = PromptDataModule(source="maze", num_train=40, num_val=4, num_test=4, prompts_per_step=8, val_size=4)
+    dm = maze_module()
     dm.trainer = ddp_trainer(3)
-    with pytest.raises(ValueError, match=r"--data.prompts_per_step=8 .* world size 3"):
+    with pytest.raises(ValueError, match=r"--data.loader.prompts_per_step=8 .* world size 3"):
         dm.setup("fit")

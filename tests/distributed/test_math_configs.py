@@ -35,9 +35,9 @@ def test_global_prompts_per_step_is_the_papers_256(path: Path) -> None:
     settings = _merged(path)
     trainer, data, model = settings["trainer"], settings["data"], settings["model"]
     world = int(trainer.get("devices", 1)) * int(trainer.get("num_nodes", 1))
-    global_prompts = int(data["prompts_per_step"])  # global since issue 9: each rank takes its share
+    global_prompts = int(data["loader"]["prompts_per_step"])  # global since issue 9: each rank takes its share
     assert global_prompts == 256, f"{path.name}: effective global prompts per step {global_prompts}"
-    share = per_rank_share(global_prompts, world, "--data.prompts_per_step")
+    share = per_rank_share(global_prompts, world, "--data.loader.prompts_per_step")
     assert share * world == 256
     mini = model.get("batching", {}).get("mini_batch_prompts")
     if mini is not None:  # 4 optimizer steps of 64 prompts per rollout batch (paper Table 5)

@@ -12,8 +12,9 @@ from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
 from lit_fgrpo.training.module import FGRPOModule
 from tests.training.tiny_setup import MAZE_TINY_MODEL as TINY_MODEL
 
-DATA = dict(source="maze", maze_rows=2, maze_cols=3, num_train=64, num_val=4, num_test=4, prompts_per_step=2,
-            val_batch_size=4, seed=0, val_size=4, tokenizer_path="builtin:maze")  # fmt: skip
+DATA = dict(source="maze", maze={"rows": 2, "cols": 3}, splits={"num_train": 64, "num_val": 4, "num_test": 4,
+            "val_size": 4}, loader={"prompts_per_step": 2, "val_batch_size": 4}, seed=0,
+            tokenizer_path="builtin:maze")  # fmt: skip
 MODULE = dict(
     policy={"model_config": TINY_MODEL, "tokenizer": "builtin:maze", "seed": 0},
     optimizer={"lr": 1e-3},

@@ -65,7 +65,8 @@ def fit_two_steps(tmp: Path, lora: bool, monkeypatch: pytest.MonkeyPatch) -> tup
         cfg["model"]["policy"]["lora"] = None
     cfg["model"]["optimizer"]["lr"] = 1e-3 if lora else 1e-5
     cfg["model"]["val_pass_at_k"] = [1]
-    cfg["data"].update(num_train=8, num_val=2, num_test=0, prompts_per_step=2)
+    cfg["data"]["splits"].update(num_train=8, num_val=2, num_test=0)
+    cfg["data"]["loader"].update(prompts_per_step=2)
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     spy = PromptSpy()

@@ -123,19 +123,20 @@ def test_model_shape_change_is_refused(tmp_path: Path) -> None:
 def test_other_settings_config_wins_for_file_and_last(
     tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    path = save(tmp_path / "last.ckpt", datamodule_hyper_parameters={"num_train": 300, "seed": 0})
+    # the data settings saved flat too (before the data module's groups), the config's grouped
+    path = save(tmp_path / "last.ckpt", datamodule_hyper_parameters={"num_train": 300, "maze_rows": 4, "seed": 0})
     with caplog.at_level(logging.WARNING):
         got = resolve_resume(
             str(path) if how == "file" else "last",
             trainer_for(tmp_path),
             CONFIG | {"optimizer": {"lr": 2e-3}},
-            {"num_train": 200, "seed": 0},
+            {"splits": {"num_train": 200}, "maze": {"rows": 4}, "seed": 0},
         )
     assert got == str(path)
     assert (
         f"resuming {path}: the config's value wins for --model.optimizer.lr (checkpoint 0.001, config 0.002); "
-        "--data.num_train (checkpoint 300, config 200)"
-    ) in caplog.text
+        "--data.splits.num_train (checkpoint 300, config 200)\n"
+    ) in caplog.text + "\n"
 
 
 class FailingIO(AtomicCheckpointIO):

@@ -34,7 +34,11 @@ TINY: dict[str, Any] = {
             "tokenizer": "builtin:maze",
         },
     },
-    "data": {"source": "maze", "num_train": 8, "num_val": 2, "num_test": 2, "val_size": 2, "prompts_per_step": 2},
+    "data": {
+        "source": "maze",
+        "splits": {"num_train": 8, "num_val": 2, "num_test": 2, "val_size": 2},
+        "loader": {"prompts_per_step": 2},
+    },
 }
 
 
@@ -127,8 +131,10 @@ def test_missing_interpolation_key_names_file_and_setting(config: Path, capsys: 
 
 
 def test_missing_data_file(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    lines = run(["fit", "--config", str(config), "--data.source", "jsonl", "--data.train_path", "absent.jsonl"], capsys)
-    assert lines == ["error: --data.train_path does not exist: absent.jsonl"]
+    words = ["--data.source", "jsonl", "--data.files.train_path", "absent.jsonl"]
+    assert run(["fit", "--config", str(config), *words], capsys) == [
+        "error: --data.files.train_path does not exist: absent.jsonl"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -190,12 +196,12 @@ def test_console_bad_data_row_exits_2(config: Path) -> None:
     data = config.parent / "train.jsonl"
     data.write_text('{"prompt": "a", "answer": "1"}\n{"prompt": "b", "answer": [1]}\n')
     done = console(
-        ["fit", "--config", str(config), "--data.source", "jsonl", "--data.train_path", str(data)], config.parent
+        ["fit", "--config", str(config), "--data.source", "jsonl", "--data.files.train_path", str(data)], config.parent
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-2:] == [
         f"error: {data}:2: field 'answer' must be a string, got list [1]",
-        "hint: write the answer as a string (numbers can be converted with non_string_answers='str')",
+        "hint: write the answer as a string (numbers can be converted with --data.files.non_string_answers str)",
     ]
 
 

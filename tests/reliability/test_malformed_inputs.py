@@ -78,11 +78,63 @@ MODEL_AND_TASK_CASES: list[Case] = [
     ),
     (
         "arithmetic_too_few_questions",
-        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.num_train", "50"],
-        ["--data.num_train", "exceeds the 9"],
+        lambda d: ["--data.source", "arithmetic", "--data.arithmetic.max_value", "3", "--data.splits.num_train", "50"],
+        ["--data.splits.num_train", "exceeds the 9"],
     ),
 ]
 """Where the policy's tokenizer comes from and the arithmetic task's settings: the same for fit, validate and test."""
+
+DATA_GROUP_CASES: list[Case] = [
+    (
+        "data_files_required",
+        lambda d: ["--data.source", "parquet"],
+        ["--data.files.train_path", "--data.source parquet"],
+    ),
+    (
+        "data_files_answers",
+        lambda d: ["--data.files.non_string_answers", "float"],
+        ["--data.files.non_string_answers", "float"],
+    ),
+    ("data_maze_rows", lambda d: ["--data.maze.rows", "0"], ["--data.maze.rows must be >= 1, got 0"]),
+    (
+        "data_maze_one_cell",
+        lambda d: ["--data.maze.rows", "1", "--data.maze.cols", "1"],
+        ["--data.maze.rows x cols", "1x1"],
+    ),
+    ("data_maze_not_a_mapping", lambda d: ["--data.maze", "3"], ["--data.maze"]),
+    ("data_gym_name", lambda d: ["--data.source", "reasoning_gym"], ["--data.reasoning_gym.name", "required"]),
+    (
+        "data_gym_size",
+        lambda d: ["--data.reasoning_gym.dataset_size", "0"],
+        ["--data.reasoning_gym.dataset_size must be >= 1, got 0"],
+    ),
+    ("data_splits_val_size", lambda d: ["--data.splits.val_size", "-1"], ["--data.splits.val_size must be >= 0"]),
+    ("data_splits_text", lambda d: ["--data.splits.num_val", "x"], ["--data.splits.num_val", "x"]),
+    ("data_prompts_length", lambda d: ["--data.prompts.max_length", "0"], ["--data.prompts.max_length must be >= 1"]),
+    ("data_prompts_too_long", lambda d: ["--data.prompts.too_long", "wrap"], ["--data.prompts.too_long", "wrap"]),
+    (
+        "data_loader_prompts",
+        lambda d: ["--data.loader.prompts_per_step", "0"],
+        ["--data.loader.prompts_per_step must be >= 1, got 0"],
+    ),
+    (
+        "data_loader_val",
+        lambda d: ["--data.loader.val_batch_size", "0"],
+        ["--data.loader.val_batch_size must be >= 1"],
+    ),
+    (
+        "data_loader_workers",
+        lambda d: ["--data.loader.num_workers", "-1"],
+        ["--data.loader.num_workers must be >= 0"],
+    ),
+    ("data_flat_flag_of_before_the_groups", lambda d: ["--data.num_train", "5"], ["--data.num_train"]),
+    (
+        "data_config_flat_key",
+        lambda d: ["--config", str(d / "tiny.yaml"), "--config", write(d, "f.yaml", "data:\n  num_train: 3\n")],
+        ["f.yaml", "data.num_train"],
+    ),  # fmt: skip
+]
+"""A wrong value in each of the data module's groups, and its flat settings of before the groups."""
 
 FIT: list[Case] = [
     ("gamma_text", lambda d: ["--model.objective.gamma", "abc"], ["--model.objective.gamma", "abc"]),
@@ -100,8 +152,13 @@ FIT: list[Case] = [
     ("max_steps_text", lambda d: ["--trainer.max_steps", "x"], ["--trainer.max_steps"]),
     ("precision", lambda d: ["--trainer.precision", "bf17"], ["--trainer.precision", "bf17"]),
     ("data_source", lambda d: ["--data.source", "csv"], ["--data.source", "csv"]),
-    ("num_train_negative", lambda d: ["--data.num_train", "-5"], ["--data.num_train"]),
-    ("train_path_missing", lambda d: ["--data.source", "jsonl", "--data.train_path", "no.jsonl"], ["no.jsonl"]),
+    ("num_train_negative", lambda d: ["--data.splits.num_train", "-5"], ["--data.splits.num_train", "-5"]),
+    (
+        "train_path_missing",
+        lambda d: ["--data.source", "jsonl", "--data.files.train_path", "no.jsonl"],
+        ["--data.files.train_path", "no.jsonl"],
+    ),
+    *DATA_GROUP_CASES,
     *MODEL_AND_TASK_CASES,
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     ("unknown_nested_flag", lambda d: ["--model.objective.no_such", "1"], ["--model.objective.no_such"]),
@@ -374,7 +431,7 @@ EVALUATE: list[Case] = [
     ("val_k_above_samples", lambda d: ["--model.val_pass_at_k", "[1, 64]"], ["val_samples", "64"]),
     ("lora_rank_zero", lambda d: ["--model.policy.lora", "{r: 0}"], ["--model.policy.lora.r"]),
     ("group_size_zero", lambda d: [*rollout(sampling={"n": 0})], ["rollout.sampling.n"]),
-    ("num_test_negative", lambda d: ["--data.num_test", "-1"], ["--data.num_test"]),
+    ("num_test_negative", lambda d: ["--data.splits.num_test", "-1"], ["--data.splits.num_test"]),
     ("limit_batches_text", lambda d: ["--trainer.limit_val_batches", "x"], ["--trainer.limit_val_batches"]),
 ]
 """The same mistakes given to ``validate`` and ``test`` (LightningCLI's evaluation subcommands)."""
@@ -442,3 +499,21 @@ def test_mlflow_tracking_uri_from_the_environment(
     config = dict(TINY, trainer={k: v for k, v in TINY["trainer"].items() if k != "logger"})
     (folder / "logged.yaml").write_text(yaml.safe_dump(config))
     assert_one_line(["fit", "--config", str(folder / "logged.yaml")], ["MLFLOW_TRACKING_URI", "mlflow.db"], capsys)
+
+
+@pytest.mark.parametrize(
+    ("words", "group"),
+    [
+        (["--data.num_train", "5"], "--data.splits.num_train (data: {splits: ...})"),
+        (["--data.maze_rows", "5"], "--data.maze.rows (data: {maze: ...})"),
+        (["--config", "f.yaml"], "--data.prompts.max_length (data: {prompts: ...})"),
+    ],
+    ids=["flag", "renamed_flag", "config_key"],
+)
+def test_flat_data_setting_hints_its_group(
+    folder: Path, capsys: pytest.CaptureFixture[str], words: list[str], group: str
+) -> None:
+    write(folder, "f.yaml", "data:\n  max_prompt_length: 64\n")
+    assert main(["fit", "--config", str(folder / "tiny.yaml"), *words]) == 2
+    hints = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hint: ")]
+    assert hints == [f"hint: the data module's settings are grouped: use {group}"]

@@ -47,8 +47,8 @@ def wired_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     capture = pytest.MonkeyPatch()
     out = tmp / "stdout.txt"
     data = PromptDataModule(
-        source="maze", num_train=32, num_val=4, num_test=4, val_size=4, prompts_per_step=4,
-        tokenizer_path="builtin:maze",
+        source="maze", splits={"num_train": 32, "num_val": 4, "num_test": 4, "val_size": 4},
+        loader={"prompts_per_step": 4}, tokenizer_path="builtin:maze",
     )  # fmt: skip
     rollouts = RolloutCallback(
         sampling=SamplingConfig(n=4, max_tokens=8, stop_token_ids=[7]),

@@ -28,7 +28,7 @@ def test_splits_are_disjoint_deterministic_and_held_out_stays_put() -> None:
 
 def test_universe_and_bad_settings_are_one_line_errors() -> None:
     assert ArithmeticSettings(min_value=1, max_value=20).universe == 400
-    with pytest.raises(ConfigError, match=r"--data.num_train \+ num_val \+ num_test = 401 exceeds the 400"):
+    with pytest.raises(ConfigError, match=r"--data.splits.num_train \+ num_val \+ num_test = 401 exceeds the 400"):
         make_arithmetic_splits(ArithmeticSettings(), 400, 1, 0, seed=0)
     with pytest.raises(ConfigError, match="--data.arithmetic.operators"):
         ArithmeticSettings(operators=("/",))  # type: ignore[arg-type]

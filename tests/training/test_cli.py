@@ -60,7 +60,7 @@ def test_math_overlay_sets_method_and_keeps_base(
     config = yaml.safe_load(_print_config(stack, capsys, "--model.objective.temperature", "0.7"))
     objective = config["model"]["objective"]
     assert (objective["gamma"], objective["loss_type"]) == (gamma, loss_type)
-    assert config["data"]["prompts_per_step"] == 256  # global prompts per step, paper Table 5
+    assert config["data"]["loader"]["prompts_per_step"] == 256  # global prompts per step, paper Table 5
     assert config["model"]["policy"]["save_pretrained_dir"] == f"outputs/math_{overlay}/policy"
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
     assert callbacks["ModelCheckpoint"]["dirpath"] == f"outputs/math_{overlay}/checkpoints"
@@ -90,7 +90,7 @@ def test_maze_overlay_sets_method_and_keeps_base(
         got = config["model"][group][name]
         assert (got if not isinstance(value, dict) else {k: got[k] for k in value}) == value, key
     assert (
-        config["data"]["prompts_per_step"] == 16 and config["model"]["optimizer"]["lr"] == 1.0e-4
+        config["data"]["loader"]["prompts_per_step"] == 16 and config["model"]["optimizer"]["lr"] == 1.0e-4
     )  # the base's settings
     assert config["model"]["policy"]["save_pretrained_dir"] == f"outputs/maze_{overlay}/policy"
     callbacks = {c["class_path"].rsplit(".", 1)[-1]: c.get("init_args", {}) for c in config["trainer"]["callbacks"]}
@@ -106,7 +106,8 @@ def test_help_shows_docstrings(capsys: pytest.CaptureFixture[str]) -> None:
         main(["fit", "--help"])
     out = capsys.readouterr().out
     assert "--model.objective.gamma" in out and "focal exponent" in out
-    assert "--data.prompts_per_step" in out
+    assert "--data.loader.prompts_per_step" in out and "Prompts per training step over all ranks" in out
+    assert "--data.maze.rows" in out and "Maze cell rows" in out  # the data module's groups, with their docstrings
 
 
 def test_unknown_loss_type_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:

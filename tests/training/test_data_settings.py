@@ -1,4 +1,5 @@
-"""PromptDataModule settings wired for issue 10: the answer-type rule reaches the readers; errors are DataError."""
+"""PromptDataModule settings wired for issue 10: the answer-type rule reaches the readers; a missing file is a
+DataError and a wrong value a ConfigError, each naming the full flag."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from lit_fgrpo.data import PromptDataModule
-from lit_fgrpo.errors import DataError
+from lit_fgrpo.errors import ConfigError, DataError
 
 
-def data(path: Path, **kwargs: object) -> PromptDataModule:
-    return PromptDataModule(source="jsonl", train_path=str(path), val_size=0, tokenizer_path="builtin:maze", **kwargs)
+def data(path: Path, **files: object) -> PromptDataModule:
+    return PromptDataModule(
+        source="jsonl", files={"train_path": str(path)} | files, splits={"val_size": 0}, tokenizer_path="builtin:maze"
+    )
 
 
 def test_non_string_answers_reaches_the_reader(tmp_path: Path) -> None:
@@ -25,8 +28,8 @@ def test_non_string_answers_reaches_the_reader(tmp_path: Path) -> None:
     assert module.splits["train"][0].columns["answer"] == "3"
 
 
-def test_bad_settings_are_data_errors_naming_the_setting(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="^PromptDataModule.train_path does not exist"):
+def test_bad_settings_are_user_errors_naming_the_flag(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="^--data.files.train_path does not exist"):
         data(tmp_path / "absent.jsonl")
-    with pytest.raises(DataError, match="^PromptDataModule.non_string_answers must be one of"):
+    with pytest.raises(ConfigError, match="^--data.files.non_string_answers must be one of"):
         data(tmp_path, non_string_answers="float")

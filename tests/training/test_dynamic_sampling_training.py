@@ -66,7 +66,10 @@ class Inspect(L.Callback):
 def fit(
     dynamic: DynamicSampling, max_steps: int, tmp: Path | None = None, ckpt_path: str | None = None
 ) -> tuple[Inspect, L.Trainer]:
-    data = Drawn(source="maze", num_train=64, num_val=0, num_test=0, prompts_per_step=P, tokenizer_path="builtin:maze")
+    data = Drawn(
+        source="maze", splits={"num_train": 64, "num_val": 0, "num_test": 0}, loader={"prompts_per_step": P},
+        tokenizer_path="builtin:maze",
+    )  # fmt: skip
     rollout = RolloutCallback(
         engine="hf",
         sampling=SamplingConfig(n=4, max_tokens=6),

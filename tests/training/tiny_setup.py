@@ -10,7 +10,7 @@ from lightning.pytorch.loggers import Logger
 from typing_extensions import override
 
 from lit_fgrpo.callbacks import RolloutCallback
-from lit_fgrpo.data import PromptDataModule
+from lit_fgrpo.data import PromptDataModule, grouped_data_settings
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.training.module import FGRPOModule
@@ -47,7 +47,8 @@ def tiny_module(**kwargs: Any) -> FGRPOModule:
 
 
 def maze_data(**kwargs: Any) -> PromptDataModule:
-    """A small maze datamodule (64 training prompts, 4 per step, 4 held out); ``kwargs`` override."""
+    """A small maze datamodule (64 training prompts, 4 per step, 4 held out); ``kwargs`` override, named flat
+    (``num_train=32``, grouped here as the checkpoints of before the groups are) or as groups."""
     settings: dict[str, Any] = dict(
         source="maze",
         num_train=64,
@@ -57,7 +58,7 @@ def maze_data(**kwargs: Any) -> PromptDataModule:
         prompts_per_step=4,
         tokenizer_path="builtin:maze",
     )
-    return PromptDataModule(**(settings | kwargs))
+    return PromptDataModule(**grouped_data_settings(settings | kwargs))
 
 
 def word_count_rollouts(**kwargs: Any) -> RolloutCallback:

@@ -20,6 +20,7 @@ import lightning as L
 import torch
 
 from lit_fgrpo.cli import cli_main
+from lit_fgrpo.data.data_settings import grouped_data_settings
 from lit_fgrpo.distributed.weight_gather import iter_full_weights
 from lit_fgrpo.training.module_settings import grouped_settings
 from tests.training.tiny_setup import MAZE_TINY_MODEL  # importable: the launcher puts the repo on PYTHONPATH
@@ -305,6 +306,7 @@ def main() -> None:
             callbacks.append({"class_path": f"tests.distributed.workers.maze_run.{name}", "init_args": poison})
     path = args.out / f"config.{os.getpid()}.json"
     settings["model"] = grouped_settings(settings["model"])  # written flat above for short edits; the CLI's groups
+    settings["data"] = grouped_data_settings(settings["data"])  # likewise the data module's
     path.write_text(json.dumps(settings))  # one file per process: Lightning re-runs this script for each rank
     sys.exit(0 if cli_main(["fit", "--config", str(path)]) is not None else 1)
 
