@@ -13,8 +13,9 @@ export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLL
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 PARALLEL=(-n "${PYTEST_WORKERS:-2}" --dist loadfile)
+SLOWEST=(--durations=25 --durations-min=20)  # the slowest tests, to keep the suite under 30 minutes
 [ "${PYTEST_WORKERS:-2}" = 0 ] && PARALLEL=()
-.venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" "$@"
+.venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" "${SLOWEST[@]}" "$@"
 if [ "$#" -eq 0 ]; then
   echo "== numerics-sensitive tests again on the portable kernels (ATEN_CPU_CAPABILITY=default, MKL AVX2)"
   ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX2 .venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" -m numerics
