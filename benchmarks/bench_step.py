@@ -5,6 +5,9 @@ Cases (issue #15):
   b  each library out of the box: ours ``engine="auto"`` (vLLM when installed), TRL's GRPOConfig defaults
      (gradient checkpointing, bf16 autocast, loss dapo), only the batch shape and step count set
   c  case a at a real vocabulary (151,936 tokens, Qwen2.5's) with 512-token completions; peak RSS both sides
+  r  the real model (SmolLM2-135M-Instruct, imported by scripts/setup.sh into models/), matched as in case a,
+     full fine-tuning: arithmetic questions as plain-text prompts on both sides
+  l  case r with LoRA (r 16, alpha 32, the 7 linear projections) on both sides (TRL: ``peft_config``)
 
 Each contender runs in its own process (``--worker``), contenders alternate in order every repetition, and the
 table gives medians over repetitions of each run's median step time (the first ``--warmup`` steps dropped: they
@@ -15,6 +18,7 @@ default multiprocess mode), so compare memory in cases a and c.
 
     python benchmarks/bench_step.py --quick          # smoke test, ~2 min (vLLM start-up dominates)
     python benchmarks/bench_step.py --cases a c      # real settings, about 25 min on 2 idle cores
+    python benchmarks/bench_step.py --cases r l --reps 3   # the real model, about 20 min on 2 idle cores
 """
 
 from __future__ import annotations
@@ -53,6 +57,14 @@ class Case:
     """Training steps per run, warm-up included."""
     matched: bool = True
     """True: HF generate and the same settings on both sides; False: each library's defaults."""
+    model: str | None = None
+    """A real model's folder (relative to the repository); None builds a random Qwen2 of the sizes above."""
+    lora_rank: int = 0
+    """LoRA rank on both sides (0 = full fine-tuning)."""
+
+
+REAL_MODEL = "models/SmolLM2-135M-Instruct"
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 CASES = {
@@ -62,10 +74,16 @@ CASES = {
               max_tokens=64, steps=5, matched=False),
     "c": Case("c: V=151,936, 512 tokens", hidden=128, layers=2, vocab=151_936, prompts=2, group=4, prompt_len=32,
               max_tokens=512, steps=3),
+    "r": Case("r: SmolLM2, matched, full", hidden=576, layers=30, vocab=49_152, prompts=4, group=4, prompt_len=0,
+              max_tokens=16, steps=4, model=REAL_MODEL),
+    "l": Case("l: SmolLM2, matched, LoRA 16", hidden=576, layers=30, vocab=49_152, prompts=4, group=4, prompt_len=0,
+              max_tokens=16, steps=4, model=REAL_MODEL, lora_rank=16),
 }  # fmt: skip
 QUICK = {"a": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
          "b": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
-         "c": dict(hidden=64, prompts=1, group=2, prompt_len=8, max_tokens=32, steps=2)}  # fmt: skip
+         "c": dict(hidden=64, prompts=1, group=2, prompt_len=8, max_tokens=32, steps=2),
+         "r": dict(prompts=1, group=2, max_tokens=4, steps=2),
+         "l": dict(prompts=1, group=2, max_tokens=4, steps=2)}  # fmt: skip
 # head_dim = hidden // heads = 32 everywhere: vLLM's CPU attention rejects 16.
 
 
@@ -80,9 +98,20 @@ def toy_reward(prompts: list[str], completions: list[Any], **kwargs: Any) -> lis
 
 
 # ---------------------------------------------------------------- shared model and prompts
-def prepare(case: Case, root: Path) -> None:
-    """Save a random Qwen2 model, a word-level tokenizer of ``case.vocab`` words and the prompt texts."""
+def prepare(case: Case, root: Path) -> Path:
+    """Save a random Qwen2 model, a word-level tokenizer of ``case.vocab`` words and the prompt texts; return the
+    model's folder (the real model's own folder when the case names one, with arithmetic questions as prompts)."""
     import torch
+
+    if case.model is not None:
+        folder = Path(__file__).resolve().parents[1] / case.model
+        if not (folder / "config.json").is_file():
+            sys.exit(f"error: {case.model} is not a model folder: run bash scripts/setup.sh (it imports SmolLM2)")
+        g = torch.Generator().manual_seed(0)
+        pairs = torch.randint(1, 21, (case.prompts * case.steps, 2), generator=g).tolist()
+        texts = [f"What is {a} + {b}? Reply with just the number." for a, b in pairs]
+        (root / "prompts.json").write_text(json.dumps(texts))
+        return folder
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
@@ -103,6 +132,7 @@ def prepare(case: Case, root: Path) -> None:
     n = case.prompts * case.steps
     ids = torch.randint(4, case.vocab, (n, case.prompt_len), generator=g).tolist()
     (root / "prompts.json").write_text(json.dumps([" ".join(f"w{i}" for i in row) for row in ids]))
+    return root
 
 
 # ---------------------------------------------------------------- contenders (each in its own process)
@@ -110,7 +140,7 @@ LIT_PHASES: list[dict[str, float]] = []
 """lit_fgrpo's ``time/*`` values of each step (its per-phase timers), filled by :func:`run_lit`."""
 
 
-def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) -> None:
+def run_lit(case: Case, root: Path, model: Path, clock: list[float], lengths: list[float]) -> None:
     """lit_fgrpo's step: FGRPOModule + RolloutCallback under a Lightning Trainer (the public API)."""
     import lightning as L
     from torch.utils.data import DataLoader
@@ -119,11 +149,18 @@ def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
     from lit_fgrpo.data.datamodule import keep_batch
     from lit_fgrpo.data.records import PromptRecord
     from lit_fgrpo.engines.base import SamplingConfig
+    from lit_fgrpo.models.lora import LoraSettings
     from lit_fgrpo.training.module import FGRPOModule
     from lit_fgrpo.training.module_settings import ObjectiveSettings, OptimizerSettings, PolicySettings
 
+    tokenizer = str(model / "tokenizer") if case.model is None else str(model)
+    lora = (
+        LoraSettings(r=case.lora_rank, alpha=2 * case.lora_rank, target_modules=LORA_TARGETS)
+        if case.lora_rank
+        else None
+    )
     module = FGRPOModule(
-        policy=PolicySettings(model=str(root), tokenizer=str(root / "tokenizer")),
+        policy=PolicySettings(model=str(model), tokenizer=tokenizer, lora=lora),
         objective=ObjectiveSettings(loss_type="grpo"),
         optimizer=OptimizerSettings(lr=1e-6),
     )
@@ -162,7 +199,7 @@ def run_lit(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
     trainer.fit(module, DataLoader(records, batch_size=case.prompts, collate_fn=keep_batch))
 
 
-def run_trl(case: Case, root: Path, clock: list[float], lengths: list[float]) -> None:
+def run_trl(case: Case, root: Path, model: Path, clock: list[float], lengths: list[float]) -> None:
     """TRL 1.16's GRPOTrainer on the same saved model and prompts."""
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
@@ -189,21 +226,29 @@ def run_trl(case: Case, root: Path, clock: list[float], lengths: list[float]) ->
         def on_train_end(self, *args: Any, **kwargs: Any) -> None:
             clock.append(time.perf_counter())
 
+    peft: dict[str, Any] = {}
+    if case.lora_rank:
+        from peft import LoraConfig
+
+        peft["peft_config"] = LoraConfig(
+            r=case.lora_rank, lora_alpha=2 * case.lora_rank, lora_dropout=0.0, target_modules=LORA_TARGETS
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model / "tokenizer" if case.model is None else model)
     trainer = GRPOTrainer(
-        model=str(root), reward_funcs=toy_reward, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),
-        processing_class=AutoTokenizer.from_pretrained(root / "tokenizer"), callbacks=[Clock()],
+        model=str(model), reward_funcs=toy_reward, args=args, train_dataset=Dataset.from_dict({"prompt": texts}),
+        processing_class=tokenizer, callbacks=[Clock()], **peft,
     )  # fmt: skip
     trainer.train()
 
 
-def worker(who: str, case: Case, root: Path, threads: int, warmup: int) -> dict[str, Any]:
+def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     clock: list[float] = []
     lengths: list[float] = []
-    (run_lit if who == "lit" else run_trl)(case, root, clock, lengths)
+    (run_lit if who == "lit" else run_trl)(case, root, model, clock, lengths)
     steps = [b - a for a, b in zip(clock, clock[1:])][warmup:]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kept = LIT_PHASES[warmup:]
@@ -224,12 +269,12 @@ def run_case(case: Case, reps: int, threads: int, warmup: int) -> dict[str, list
     results: dict[str, list[dict[str, Any]]] = {"lit": [], "trl": []}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        prepare(case, root)
+        model = prepare(case, root)
         for rep in range(reps):
             for who in ("lit", "trl") if rep % 2 == 0 else ("trl", "lit"):
                 out = root / f"{who}.json"
                 cmd = [sys.executable, __file__, "--worker", who, "--case-json", json.dumps(asdict(case)),
-                       "--root", str(root), "--threads", str(threads), "--warmup", str(warmup), "--out", str(out)]  # fmt: skip
+                       "--root", str(root), "--model", str(model), "--threads", str(threads), "--warmup", str(warmup), "--out", str(out)]  # fmt: skip
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     sys.exit(f"{case.name}: the {who} worker failed:\n{proc.stderr[-3000:]}")
@@ -251,10 +296,12 @@ def main() -> None:
     parser.add_argument("--worker", choices=["lit", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--case-json", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = worker(args.worker, Case(**json.loads(args.case_json)), Path(args.root), args.threads, args.warmup)
+        case = Case(**json.loads(args.case_json))
+        result = worker(args.worker, case, Path(args.root), Path(args.model), args.threads, args.warmup)
         Path(args.out).write_text(json.dumps(result))
         return
     reps = 1 if args.quick else args.reps
@@ -281,7 +328,8 @@ def main() -> None:
             f"{name:<28} {lit:>7.3f} {trl:>7.3f} {lit / trl:>7.2f} {r_lit:>7.0f}M {r_trl:>7.0f}M {r_lit / r_trl:>7.2f} "
             f"{l_lit:>7.1f} {l_trl:>7.1f}"
         )
-    print("goals (issue #15): a <= 0.8, b <= 0.5 (step time), c <= 0.8 (peak RSS)")
+    print("goals (issue #15): a <= 0.8, b <= 0.5 (step time), c <= 0.8 (peak RSS); real model (r, l): step <= 0.5,")
+    print("peak RSS <= 0.3 of TRL's")
 
 
 if __name__ == "__main__":

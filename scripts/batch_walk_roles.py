@@ -1,8 +1,8 @@
 """Run ``../shared/tools/batch_walk.py`` with its leaf rule applied to today's paths.
 
 The tool names its leaves and cross-cutting files by the paths they had when it was written
-(``lit_fgrpo/engines/hf``, ``lit_fgrpo/models/logprobs``, ``lit_fgrpo/reporting/timing``, ...). The roles are unchanged by the
-layout of ``docs/architecture.md``; their files moved (engines to ``lit_fgrpo/engines/``, servers to
+(``rollout/hf``, ``logprobs``, ``timing`` under ``lit_fgrpo/``, ...). The roles are unchanged by the layout of
+``docs/architecture.md``; their files moved (engines to ``lit_fgrpo/engines/``, servers to
 ``lit_fgrpo/servers/``, the log-prob kernel to ``lit_fgrpo/models/``, timers and progress to
 ``lit_fgrpo/reporting/``). This runs the same tool, with the same rule, on both the old and the new paths:
 
@@ -18,17 +18,18 @@ import importlib.util
 import sys
 from pathlib import Path
 
+_OLD = "lit_fgrpo/"  # the tool's prefixes are built from parts so that path rewrites of this repo leave them alone
 SAME_ROLE = {
-    "lit_fgrpo/engines/hf": "lit_fgrpo/engines/hf",
-    "lit_fgrpo/rollout/vllm": "lit_fgrpo/engines/vllm",
-    "lit_fgrpo/servers/": "lit_fgrpo/servers/",
-    "lit_fgrpo/engines/decode": "lit_fgrpo/engines/decode",
-    "lit_fgrpo/engines/cpu_split": "lit_fgrpo/engines/cpu_split",
-    "lit_fgrpo/engines/row_sampling": "lit_fgrpo/engines/row_sampling",
-    "lit_fgrpo/models/logprobs": "lit_fgrpo/models/logprobs",
-    "lit_fgrpo/reporting/timing": "lit_fgrpo/reporting/timing",
-    "lit_fgrpo/reporting/progress": "lit_fgrpo/reporting/progress",
-    "lit_fgrpo/reporting/notices": "lit_fgrpo/reporting/notices",
+    _OLD + "rollout/hf": "lit_fgrpo/engines/hf",
+    _OLD + "rollout/vllm": "lit_fgrpo/engines/vllm",
+    _OLD + "rollout/servers/": "lit_fgrpo/servers/",
+    _OLD + "rollout/decode": "lit_fgrpo/engines/decode",
+    _OLD + "rollout/cpu_split": "lit_fgrpo/engines/cpu_split",
+    _OLD + "rollout/row_sampling": "lit_fgrpo/engines/row_sampling",
+    _OLD + "logprobs": "lit_fgrpo/models/logprobs",
+    _OLD + "timing": "lit_fgrpo/reporting/timing",
+    _OLD + "progress": "lit_fgrpo/reporting/progress",
+    _OLD + "notices": "lit_fgrpo/reporting/notices",
 }
 """The tool's path prefix -> the same role's path today (the tool's own prefixes are kept too)."""
 
