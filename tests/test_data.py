@@ -28,7 +28,6 @@ from lit_fgrpo.data import (
     ReasoningGymSettings,
     SourceExample,
     SplitSettings,
-    columns_per_completion,
     read_disk_dataset,
     read_jsonl,
     read_parquet,
@@ -174,6 +173,8 @@ def test_too_long_policies(caplog: pytest.LogCaptureFixture) -> None:
 
 
 def test_columns_per_completion_is_prompt_major() -> None:
+    from lit_fgrpo.rollout import columns_per_completion
+
     records = make_records(2)
     assert columns_per_completion(records, 3) == {"answer": ["0", "0", "0", "1", "1", "1"]}
 

@@ -13,7 +13,6 @@ from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.data.records import PromptRecord, SourceExample, TooLongPolicy, render_prompt, render_records
 from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_maze_splits, read_parquet, read_reasoning_gym
 from lit_fgrpo.data.streaming import PromptStream
-from lit_fgrpo.rollout.columns import columns_per_completion  # a rollout concern, also importable from here
 
 __all__ = [
     "FileSettings",
@@ -27,7 +26,6 @@ __all__ = [
     "SourceExample",
     "SplitSettings",
     "TooLongPolicy",
-    "columns_per_completion",
     "grouped_data_settings",
     "read_disk_dataset",
     "read_jsonl",

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, get_args
 
-import torch
-
 from lit_fgrpo.data.records import NonStringAnswers, TooLongPolicy
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.settings_mapping import saved_hparams
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
 from lit_fgrpo.tasks.maze import MazeConfig
 
@@ -286,13 +285,7 @@ def data_checkpoint_init_args(checkpoint_path: str | Path | IO[bytes]) -> dict[s
     A file is memory-mapped, so that only the hyperparameters are read. The result also clears LightningCLI's
     ``_instantiator``: its parser would refuse the flat names.
     """
-    if isinstance(checkpoint_path, str | Path):
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", mmap=True, weights_only=True)
-    else:
-        position = checkpoint_path.tell()
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        checkpoint_path.seek(position)
-    saved = checkpoint.get("datamodule_hyper_parameters", {})
+    saved = saved_hparams(checkpoint_path, "datamodule_hyper_parameters")
     if not is_flat(saved):
         return {}
     return grouped_data_settings(saved) | {"_instantiator": None}

@@ -38,8 +38,8 @@ from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.rank_layout import per_rank_share
 from lit_fgrpo.errors import ConfigError, DataError
 from lit_fgrpo.models.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
+from lit_fgrpo.settings_mapping import settings_from
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
-from lit_fgrpo.training.settings_mapping import settings_from
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.group_filter import DynamicSampling
+from lit_fgrpo.settings_mapping import settings_from
 from lit_fgrpo.training.module import FGRPOModule
 from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings
-from lit_fgrpo.training.settings_mapping import settings_from
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 from torch import nn
 
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.training.settings_mapping import settings_from
+from lit_fgrpo.settings_mapping import settings_from
 
 FLAG = "--model.policy.lora"
 """How the CLI names these settings."""

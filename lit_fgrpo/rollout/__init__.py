@@ -2,8 +2,7 @@
 
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
-from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
-from lit_fgrpo.rollout.columns import columns_per_completion
+from lit_fgrpo.rollout.collect import RolloutCollector, columns_per_completion, pad_id_of
 
 __all__ = [
     "Generation",

@@ -165,7 +165,7 @@ class AsyncRollouts:
         """The runner's sampling of training batch ``step`` (generator thread): seeded as the synchronous step."""
         assert self._parts is not None
         parts = self._parts
-        return parts.collector.collect(list(records), parts.settings.train_sampling(), step=step, stream=TRAIN_STREAM)
+        return parts.collector.collect(list(records), parts.train_sampling, step=step, stream=TRAIN_STREAM)
 
     def _push_from_runner(self) -> None:
         """The runner's weight push (trainer thread, generator paused): sync and check, as the synchronous loop."""

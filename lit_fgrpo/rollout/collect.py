@@ -23,7 +23,6 @@ from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.columns import columns_per_completion
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord
@@ -33,6 +32,12 @@ def pad_id_of(tokenizer: Any) -> int:
     """The tokenizer's pad id, else its EOS id (padded positions are masked, so only the type matters)."""
     pad = tokenizer.pad_token_id
     return int(pad if pad is not None else tokenizer.eos_token_id)
+
+
+def columns_per_completion(records: Sequence[PromptRecord], num_generations: int) -> dict[str, list[Any]]:
+    """Expand per-prompt columns to per-completion lists (prompt-major: row ``i * G + j``), ``None`` where absent."""
+    names = sorted({name for record in records for name in record.columns})
+    return {name: [record.columns.get(name) for record in records for _ in range(num_generations)] for name in names}
 
 
 class RolloutCollector:

@@ -106,7 +106,7 @@ class DynamicRollouts(SyncRollouts):
 
     def sample(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
         """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
-        sampling, engine = parts.settings.train_sampling(), parts.collector.engine
+        sampling, engine = parts.train_sampling, parts.collector.engine
 
         def collect(records: list[Any], seed_step: int) -> RolloutBatch:
             return parts.collector.collect(list(records), sampling, step=seed_step, stream=TRAIN_STREAM)

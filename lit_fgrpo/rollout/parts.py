@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector
@@ -46,6 +47,8 @@ class RolloutParts:
     """The module's side: policy, tokenizer, group weight."""
     timer: PhaseTimer
     """The consumer's step timer."""
+    train_sampling: SamplingConfig
+    """The training rollouts' sampling (``settings.train_sampling()``, fixed for the run: read once)."""
     step: int = 0
     """The optimizer step of the call in progress (a push made from a generator thread logs at it)."""
 

@@ -100,7 +100,9 @@ class RolloutSource:
         collector = self.build()
         assert self.consumer is not None
         if self._parts is None or self._parts.collector is not collector:
-            self._parts = RolloutParts(self.settings, self.engine_sync, collector, self.consumer, self.timer)
+            self._parts = RolloutParts(
+                self.settings, self.engine_sync, collector, self.consumer, self.timer, self.settings.train_sampling()
+            )
         self._parts.timer, self._parts.consumer, self._parts.step = self.timer, self.consumer, self.step
         return self._parts
 

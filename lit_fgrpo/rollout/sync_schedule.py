@@ -28,9 +28,7 @@ class SyncRollouts:
         """The scored groups of the loader's prompts, seeded by the step."""
         # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
         with fail_together(f"the rollout at step {ctx.step}"):
-            return parts.collector.collect(
-                batch.records, parts.settings.train_sampling(), step=ctx.step, stream=TRAIN_STREAM
-            )
+            return parts.collector.collect(batch.records, parts.train_sampling, step=ctx.step, stream=TRAIN_STREAM)
 
     def take(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
         timer = parts.timer

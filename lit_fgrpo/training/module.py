@@ -31,6 +31,7 @@ from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
+from lit_fgrpo.settings_mapping import settings_from
 from lit_fgrpo.training.module_settings import (
     GROUPS,
     BatchingSettings,
@@ -40,7 +41,6 @@ from lit_fgrpo.training.module_settings import (
     checkpoint_init_args,
 )
 from lit_fgrpo.training.pass_at_k_steps import PassAtKSteps
-from lit_fgrpo.training.settings_mapping import settings_from
 from lit_fgrpo.training.update import ImportanceCorrection, PolicyUpdate, UpdateSettings
 from lit_fgrpo.training.update_handles import LightningCollectives, LightningOptimizerStep
 

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.models.lora import LoraSettings, lora_settings
 from lit_fgrpo.objectives.nonfinite import check_skip_limit
 from lit_fgrpo.objectives.objective_settings import ObjectiveSettings
+from lit_fgrpo.settings_mapping import saved_hparams
 
 
 def _finite(flag: str, names: tuple[str, ...], settings: Any) -> None:
@@ -169,13 +168,7 @@ def checkpoint_init_args(checkpoint_path: str | Path | IO[bytes]) -> dict[str, A
     A file is memory-mapped, so that only the hyperparameters are read. The result also clears LightningCLI's
     ``_instantiator``: its parser would refuse the flat names.
     """
-    if isinstance(checkpoint_path, str | Path):
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", mmap=True, weights_only=True)
-    else:
-        position = checkpoint_path.tell()
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
-        checkpoint_path.seek(position)
-    saved = checkpoint.get("hyper_parameters", {})
+    saved = saved_hparams(checkpoint_path, "hyper_parameters")
     if not is_flat(saved):
         return {}
     return grouped_settings(saved) | {"_instantiator": None}

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar
 
 from lit_fgrpo.errors import ConfigError
 
@@ -37,3 +38,20 @@ def settings_from(cls: type[T], value: T | Mapping[str, Any], flag: str) -> T:
         if name not in known:
             raise ConfigError(f"{flag}.{name} is not a setting; the settings are {', '.join(known)}")
     return cls(**value)
+
+
+def saved_hparams(checkpoint_path: str | Path | IO[bytes], key: str) -> dict[str, Any]:
+    """The hyperparameters a checkpoint stores under ``key`` (``hyper_parameters`` for the module,
+    ``datamodule_hyper_parameters`` for the data module); ``{}`` when it stores none.
+
+    A file is memory-mapped, so that only the hyperparameters are read; a buffer is read and put back where it was.
+    """
+    import torch
+
+    if isinstance(checkpoint_path, str | Path):
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", mmap=True, weights_only=True)
+    else:
+        position = checkpoint_path.tell()
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+        checkpoint_path.seek(position)
+    return dict(checkpoint.get(key, {}))
