@@ -9,7 +9,7 @@ naming the full flag (``--model.objective.gama is not a setting; the settings ar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -55,3 +55,39 @@ def saved_hparams(checkpoint_path: str | Path | IO[bytes], key: str) -> dict[str
         checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
         checkpoint_path.seek(position)
     return dict(checkpoint.get(key, {}))
+
+
+def group_flat_settings(
+    values: Mapping[str, Any],
+    groups: Collection[str],
+    flat_names: Mapping[str, tuple[str, str]],
+    top_level: Collection[str],
+    flag: str,
+    owner: str,
+) -> dict[str, Any]:
+    """Settings given flat (an old checkpoint's hyperparameters) rearranged into their groups.
+
+    A group given as a mapping (or as a settings dataclass) is kept, with the flat names of that group merged into
+    it; a flat name goes to ``flat_names[name] = (group, field)``; ``top_level`` names stay where they are;
+    LightningCLI's ``_instantiator`` and ``_class_path`` are dropped.
+
+    Raises:
+        ConfigError: ``<flag>.<name> is not a setting of <owner> (nor of an earlier version)``.
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in groups:
+            fields = (
+                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+            )
+            out[key] = {**out.get(key, {}), **fields}
+        elif key in flat_names:
+            group, field = flat_names[key]
+            out.setdefault(group, {})[field] = value
+        elif key in top_level:
+            out[key] = value
+        elif key.startswith("_"):
+            continue  # LightningCLI's _instantiator and _class_path: how it was built, not a setting
+        else:
+            raise ConfigError(f"{flag}.{key} is not a setting of {owner} (nor of an earlier version)")
+    return out

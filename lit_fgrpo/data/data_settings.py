@@ -13,7 +13,6 @@ says where each old name lives now), and :func:`data_checkpoint_init_args` reads
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import IO, Any, Literal, get_args
 
 from lit_fgrpo.data.records import NonStringAnswers, TooLongPolicy
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.settings_mapping import saved_hparams
+from lit_fgrpo.settings_mapping import group_flat_settings, saved_hparams
 from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
 from lit_fgrpo.tasks.maze import MazeConfig
 
@@ -255,23 +254,7 @@ def grouped_data_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: For a flat name that is no setting of the data module (nor of an earlier version).
     """
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in GROUPS:
-            fields = (
-                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-            )
-            out[key] = {**out.get(key, {}), **fields}
-        elif key in FLAT_NAMES:
-            group, field = FLAT_NAMES[key]
-            out.setdefault(group, {})[field] = value
-        elif key in TOP_LEVEL:
-            out[key] = value
-        elif key.startswith("_"):
-            continue  # LightningCLI's _instantiator and _class_path: how it built the data module, not a setting
-        else:
-            raise ConfigError(f"{FLAG}.{key} is not a setting of PromptDataModule (nor of an earlier version)")
-    return out
+    return group_flat_settings(values, GROUPS, FLAT_NAMES, TOP_LEVEL, FLAG, "PromptDataModule")
 
 
 def is_flat(values: Mapping[str, Any]) -> bool:

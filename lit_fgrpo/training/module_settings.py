@@ -22,7 +22,7 @@ from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.models.lora import LoraSettings, lora_settings
 from lit_fgrpo.objectives.nonfinite import check_skip_limit
 from lit_fgrpo.objectives.objective_settings import ObjectiveSettings
-from lit_fgrpo.settings_mapping import saved_hparams
+from lit_fgrpo.settings_mapping import group_flat_settings, saved_hparams
 
 
 def _finite(flag: str, names: tuple[str, ...], settings: Any) -> None:
@@ -139,22 +139,8 @@ def grouped_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: For a flat name that is no setting of any group.
     """
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in GROUPS:
-            fields = (
-                dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-            )
-            out[key] = {**out.get(key, {}), **fields}
-        elif key in FLAT_NAMES:
-            out.setdefault(FLAT_NAMES[key], {})[key] = value
-        elif key == "val_pass_at_k":
-            out[key] = value
-        elif key.startswith("_"):
-            continue  # LightningCLI's _instantiator and _class_path: how it built the module, not a setting
-        else:
-            raise ConfigError(f"--model.{key} is not a setting of FGRPOModule (nor of an earlier version)")
-    return out
+    flat = {name: (group, name) for name, group in FLAT_NAMES.items()}  # the fields kept their names
+    return group_flat_settings(values, GROUPS, flat, ("val_pass_at_k",), "--model", "FGRPOModule")
 
 
 def is_flat(values: Mapping[str, Any]) -> bool:
