@@ -40,6 +40,7 @@ from lit_fgrpo.commands.cli_errors import (
     trainer_error_message,
     user_error_message,
 )
+from lit_fgrpo.commands.docstring_cache import cache_attribute_docstrings
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.reporting.mlflow_logging import MLflowSaveConfigCallback, default_logger_config
@@ -148,6 +149,7 @@ def cli_main(
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
     set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)
+    cache_attribute_docstrings()  # one source parse per settings class, not one per subcommand parser
     trainer_defaults = {"logger": default_logger_config(), "num_sanity_val_steps": 0}
     trainer_defaults |= kwargs.pop("trainer_defaults", {})
     return (cli_class or FGRPOCLI)(

@@ -48,8 +48,13 @@ def precheck_config_files(words: Sequence[str]) -> None:
 
     for name in config_paths(words):
         path = Path(name)
-        if not path.is_file():
-            raise ConfigError(f"--config: no such file: {name}")
+        shown = name if len(name) <= 120 else f"{name[:100]}... ({len(name)} characters)"
+        try:
+            is_file = path.is_file()
+        except OSError as err:  # e.g. a whole YAML text given as the name: "File name too long"
+            raise ConfigError(f"--config: not a file name ({err.strerror}): {shown}") from None
+        if not is_file:
+            raise ConfigError(f"--config: no such file: {shown}")
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:

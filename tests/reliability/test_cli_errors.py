@@ -104,6 +104,13 @@ def test_missing_config_file(config: Path, capsys: pytest.CaptureFixture[str]) -
     assert run(["fit", "--config", "nope.yaml"], capsys) == ["error: --config: no such file: nope.yaml"]
 
 
+def test_a_config_name_too_long_for_a_file_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    text = repr(TINY)  # a whole config given in place of its file's name: the OS refuses the name
+    (line,) = run(["fit", "--config", text], capsys)
+    assert line.startswith("error: --config: not a file name (File name too long): {'trainer'")
+    assert line.endswith(f"... ({len(text)} characters)")
+
+
 def test_yaml_syntax_error_names_file_and_line(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config.write_text("model:\n  gamma: 0.5\n  lr: [1e-3\ndata:\n  source: maze\n")
     assert run(["fit", "--config", str(config)], capsys) == [
