@@ -1,6 +1,7 @@
 """One bf16 policy update of a randomly initialised ~0.5B Qwen2, vLLM colocated with sleep mode: where the time goes.
 
     python benchmarks/gpu_step.py                 # on one H200 (scripts/gpu_check.sh runs it)
+    python benchmarks/gpu_step.py --engine hf     # the same with the HF engine, where vLLM is not installed
     python benchmarks/gpu_step.py --cpu-smoke     # the same code path on the CPU: tiny Qwen2, HF engine, 2 steps
 
 Builds the model from a config (no download) with a 32k-word tokenizer (the maze words plus filler words, so a
@@ -98,15 +99,6 @@ class PhaseTimer(L.Callback):
         self.rollout: RolloutBatch | None = None
         self.steps: list[dict[str, float]] = []
 
-    def capture(self, module: FGRPOModule) -> None:
-        receive = module.receive_rollout
-
-        def receive_and_keep(rollout: RolloutBatch) -> None:
-            self.rollout = rollout
-            receive(rollout)
-
-        module.receive_rollout = receive_and_keep  # type: ignore[method-assign]
-
     @staticmethod
     def _now() -> float:
         if torch.cuda.is_available():
@@ -115,7 +107,8 @@ class PhaseTimer(L.Callback):
 
     @torch.no_grad()
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        assert self.rollout is not None, "the RolloutCallback must come before PhaseTimer"
+        # The rollout callback runs first (it is listed first) and attaches the scored rollout to the batch.
+        self.rollout = batch.take_rollout()
         rollout = self.rollout.to(pl_module.device)
         start = self._now()
         completion_logprobs(
@@ -175,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--micro-batch-rows", type=int, default=16)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.35)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the accelerator")
+    parser.add_argument(
+        "--engine",
+        choices=("vllm", "hf"),
+        default="vllm",
+        help="generation engine on the GPU: vLLM colocated with sleep mode, or the HF engine (where vLLM is absent)",
+    )
     args = parser.parse_args(argv)
     if args.cpu_smoke:
         args.steps, args.prompts, args.group, args.max_tokens, args.micro_batch_rows = 2, 4, 4, 8, 16
@@ -204,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer_path=tokenizer,
         )
         sampling = SamplingConfig(n=args.group, temperature=1.0, max_tokens=args.max_tokens)
-        if args.cpu_smoke:
+        if args.cpu_smoke or args.engine == "hf":
             rollout = RolloutCallback(engine="hf", sampling=sampling, validate_at_start=False, log_samples_every=0)
         else:
             engine_kwargs = {
@@ -223,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         logger = MetricsLog()
         timer = PhaseTimer(logger, num_params, None if args.cpu_smoke else args.peak_tflops * 1e12)
-        timer.capture(model)
         trainer = L.Trainer(
             accelerator="cpu" if args.cpu_smoke else "gpu",
             devices=1,

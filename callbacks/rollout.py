@@ -94,7 +94,7 @@ class RolloutCallback(L.Callback):
             self.source.ensure_synced(trainer.global_step, probe)
         if self.settings.validate_at_start and trainer.global_step == 0:
             ks = cast(RolloutConsumer, pl_module).pass_at_k_ks
-            self.start_pass_at_k = self.source.evaluate(batches, ks, trainer.global_step)
+            self.start_pass_at_k = self.source.evaluate(batches, ks, trainer.global_step, pl_module.device)
             if trainer.logger is not None and self.start_pass_at_k:
                 trainer.logger.log_metrics({f"val/{k}": v for k, v in self.start_pass_at_k.items()}, step=0)
 

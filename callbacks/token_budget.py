@@ -56,7 +56,9 @@ class GeneratedTokenBudget(L.Callback):
         rollout = batch.rollout if isinstance(batch, PromptBatch) else None
         local = float(rollout.stats.get("generated_tokens", 0.0)) if rollout is not None else 0.0
         # Each rank generated its own share of the step: the budget is on the sum (a collective on every rank).
-        step_tokens = trainer.strategy.reduce(torch.tensor(local, dtype=torch.float64), reduce_op="sum")
+        step_tokens = trainer.strategy.reduce(
+            torch.tensor(local, dtype=torch.float64, device=pl_module.device), reduce_op="sum"
+        )  # on the module's device: NCCL reduces CUDA tensors only
         self.total += int(round(float(step_tokens)))
         pl_module.log(TOTAL_KEY, float(self.total), on_step=True, on_epoch=False, batch_size=1)
         if self.reached:

@@ -7,11 +7,14 @@ Lightning glue (module, data module, callbacks, CLI) is imported lazily so ``imp
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lit_fgrpo.metrics import PassAtK, pass_at_k
+from lit_fgrpo.metrics import pass_at_k
 from lit_fgrpo.objectives import focal_weight, group_advantages, kl_k3, policy_loss
 from lit_fgrpo.theory import tail_miss_probability
+
+if TYPE_CHECKING:
+    from lit_fgrpo.metrics.pass_at_k_metric import PassAtK
 
 __version__ = "0.1.0"
 
@@ -23,6 +26,7 @@ _LAZY = {
     "OptimizerSettings": "lit_fgrpo.training.module_settings",
     "BatchingSettings": "lit_fgrpo.training.module_settings",
     "SamplingConfig": "lit_fgrpo.engines.base",
+    "PassAtK": "lit_fgrpo.metrics.pass_at_k_metric",  # torchmetrics takes seconds to import
 }
 """Public names kept stable across the package's layout: ``from lit_fgrpo import FGRPOModule, PolicySettings``."""
 

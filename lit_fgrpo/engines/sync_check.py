@@ -8,11 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor
+
+FLOAT32_SYNC_TOLERANCE = 1e-3
+"""Engine and trainer in float32: different kernels agree to about 1e-5; a stale push differs by far more."""
+HALF_SYNC_TOLERANCE = 0.25
+"""Engine and trainer in bfloat16/float16: a bf16 vLLM engine on GPU differs from the trainer by up to about 0.2, a
+bf16 HF copy on the CPU by about 0.01; weights that were not pushed (a random lm_head) still differ by whole nats."""
 
 
 class WeightSyncError(RuntimeError):
     """The engine's log-probs disagree with the trainer's after a weight push (stale or partial weights)."""
+
+
+def default_sync_tolerance(dtype: torch.dtype) -> float:
+    """The sync check's tolerance for a policy whose parameters are ``dtype`` (``sync_tolerance: null``)."""
+    return HALF_SYNC_TOLERANCE if dtype in (torch.bfloat16, torch.float16) else FLOAT32_SYNC_TOLERANCE
 
 
 def check_logprob_gap(

@@ -24,6 +24,7 @@ from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.engines.base import RolloutEngine
 from lit_fgrpo.engines.hf import HFEngine
 from lit_fgrpo.engines.select import EngineKind, build_engine
+from lit_fgrpo.engines.sync_check import default_sync_tolerance
 from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 
@@ -44,7 +45,8 @@ class EngineSync:
         kind: the engine kind (see :func:`~lit_fgrpo.engines.select.build_engine`).
         engine_kwargs: extra keyword arguments for the vLLM engine.
         hf_chunk_size: most rows per HF generation call.
-        sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe.
+        sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe; None: by the policy's dtype
+            (:func:`~lit_fgrpo.engines.sync_check.default_sync_tolerance`).
         probe_rows: rows of the last rollout used as the probe (0 disables the check).
     """
 
@@ -53,7 +55,7 @@ class EngineSync:
         kind: EngineKind,
         engine_kwargs: dict[str, Any],
         hf_chunk_size: int,
-        sync_tolerance: float,
+        sync_tolerance: float | None,
         probe_rows: int,
     ) -> None:
         self.kind, self.engine_kwargs, self.hf_chunk_size = kind, engine_kwargs, hf_chunk_size
@@ -155,4 +157,7 @@ class EngineSync:
         prompts, completions = self.probe
         trainer_lp = policy_logprobs(policy, prompts, completions, pad_id_of(tokenizer), temperature=1.0)
         where = f"RolloutCallback weight sync at step {step} (sync_tolerance)"
-        return self.engine.check_sync(prompts, completions, trainer_lp, self.sync_tolerance, where)
+        tolerance = self.sync_tolerance
+        if tolerance is None:
+            tolerance = default_sync_tolerance(next(policy.parameters()).dtype)
+        return self.engine.check_sync(prompts, completions, trainer_lp, tolerance, where)

@@ -55,9 +55,10 @@ class RolloutSettings:
     """Score at or above which a completion is correct."""
     sync_every: int = 1
     """Push weights into the engine every k optimizer steps (and before validation)."""
-    sync_tolerance: float = 1e-3
-    """Largest allowed |logp_engine - logp_trainer| on the probe after a push (both at temperature 1); a bf16 vLLM
-    engine on GPU needs about 0.25."""
+    sync_tolerance: float | None = None
+    """Largest allowed |logp_engine - logp_trainer| on the probe after a push (both at temperature 1); default by the
+    policy's parameter dtype: 1e-3 in float32, 0.25 in bfloat16/float16 (a bf16 vLLM engine on GPU needs about that;
+    a bf16 HF copy differs by about 0.01 on the CPU)."""
     sync_probe_rows: int = 2
     """Rows of the last rollout used as the sync probe (0 disables the check)."""
     mask_truncated_completions: bool = False

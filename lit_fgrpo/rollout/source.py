@@ -152,15 +152,21 @@ class RolloutSource:
                 self.engine.finish_rounds()
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable[Sequence[Any]], ks: list[int], step: int) -> dict[str, float]:
-        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt)."""
-        metric = PassAtK(list(ks))
+    def evaluate(
+        self, batches: Iterable[Sequence[Any]], ks: list[int], step: int, device: torch.device | str = "cpu"
+    ) -> dict[str, float]:
+        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt).
+
+        ``device`` is the module's: the metric's states are reduced across ranks on the trainer's process group,
+        and NCCL reduces CUDA tensors only.
+        """
+        metric = PassAtK(list(ks)).to(device)
         batches = list(batches)
         # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.reporting.progress)
         with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
             for records in batches:
                 rollout = self.collect(list(records), self.settings.eval_sampling(), step, VAL_STREAM)
-                metric.update(rollout.correct)
+                metric.update(rollout.correct.to(device))
                 bar.update(1)
         self.finish_evaluation()
         if float(metric.num_problems) == 0:

@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch.core.optimizer import LightningOptimizer
 from torch import Tensor, nn
 
-from lit_fgrpo.distributed import global_max
+from lit_fgrpo.distributed import global_max, global_sum
 
 
 @runtime_checkable
@@ -134,9 +134,7 @@ class TorchCollectives:
         return torch.distributed.get_world_size() if initialized else 1
 
     def sum(self, value: Tensor) -> Tensor:
-        summed = value.clone()
-        torch.distributed.all_reduce(summed, op=torch.distributed.ReduceOp.SUM)
-        return summed
+        return global_sum(value).to(value.dtype)
 
     def max(self, value: int) -> int:
         return global_max(value)
@@ -154,7 +152,9 @@ class LightningCollectives:
 
     def sum(self, value: Tensor) -> Tensor:
         assert self.trainer is not None, "a sum over ranks needs the Trainer's strategy"
-        return self.trainer.strategy.reduce(value, reduce_op="sum")
+        # on the strategy's device: NCCL reduces CUDA tensors only
+        summed = self.trainer.strategy.reduce(value.to(self.trainer.strategy.root_device), reduce_op="sum")
+        return summed.to(value.device)
 
     def max(self, value: int) -> int:
         return global_max(value)

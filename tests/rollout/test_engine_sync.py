@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lit_fgrpo.engines.hf_copy import HFCopyEngine
-from lit_fgrpo.engines.sync_check import WeightSyncError
+from lit_fgrpo.engines.sync_check import WeightSyncError, default_sync_tolerance
 from lit_fgrpo.rollout.engine_sync import EngineSync
 from tests.training.tiny_setup import tiny_module
 
@@ -50,3 +50,27 @@ def test_the_probe_is_the_first_rows_of_the_last_rollout() -> None:
     assert sync.probe == ([PROMPTS[0]] * 3, [[1], [2], [3]])
     sync.probe_from_prompts([[9, 9]])  # a probe from a rollout is kept
     assert sync.probe == ([PROMPTS[0]] * 3, [[1], [2], [3]])
+
+
+def test_the_default_tolerance_follows_the_policy_dtype() -> None:
+    """``sync_tolerance: null``: a bf16 policy and its bf16 copy differ by rounding (about 0.01 here), which the
+    float32 tolerance would call a failed push; weights that were never pushed still fail at bf16."""
+    assert default_sync_tolerance(torch.float32) == 1e-3
+    assert default_sync_tolerance(torch.bfloat16) == default_sync_tolerance(torch.float16) == 0.25
+
+    module = tiny_module()
+    policy, tokenizer = module.policy.eval(), module.tokenizer
+    policy.to(torch.bfloat16)
+    sync = EngineSync("hf_copy", {}, hf_chunk_size=64, sync_tolerance=None, probe_rows=2)
+    sync.build(policy, tokenizer)
+    sync.probe_from_prompts(PROMPTS)
+    gap = sync.push(policy, tokenizer, step=1)["rollout/sync_logprob_delta"]
+    assert 0 <= gap <= 0.25
+    nudge(policy, by=1.0)  # an unpushed change the size of the weights themselves
+    with pytest.raises(WeightSyncError, match="> tolerance 0.25"):
+        sync.check(policy, tokenizer, step=2)
+    policy.float()
+    nudge(policy, by=0.05)  # float32 now: the 1e-3 default catches a small unpushed change
+    with pytest.raises(WeightSyncError, match="> tolerance 0.001"):
+        sync.check(policy, tokenizer, step=3)
+    sync.close()
