@@ -9,13 +9,21 @@ Contenders, each a fresh process per repetition (order alternating), on SmolLM2-
              its own seed, the sampled tokens' log-probs, rows prompt-major).
   collector  :class:`lit_fgrpo.rollout.RolloutCollector.collect`: the engine plus decoding, the ``last_number`` reward
              and packing into the padded training tensors: what a training step waits for.
+  http       one stock ``vllm serve`` launched on the model (our launcher's flags, vLLM's own process layout: API
+             server, engine core and worker, the worker's threads on one core and one core reserved), and the same
+             requests as the server engine's posted by a plain thread pool over ``httpx``: vLLM's server itself.
+  server     :class:`lit_fgrpo.servers.engine.ServerEngine.generate` on such a server: our request path to it
+             (request bodies, dispatch over the fleet with retries, parsing token ids and log-probs).
+
+The first three share one process layout (in-process, ``--threads`` threads) and are compared with ``vllm``; the two
+server contenders have another (the server's processes on 2 cores) and ``server`` is compared with ``http``.
 
 Each worker starts its engine, runs one warm-up call, then times ``--calls`` calls; tokens/s = generated tokens /
 wall time of a call (median over calls, then over repetitions). The same seeds give the same tokens in all three, so
 the token counts must agree (checked).
 
     python benchmarks/bench_generation.py --quick            # smoke test, ~3 min
-    python benchmarks/bench_generation.py --reps 3           # 16 prompts x 8 samples x 16 tokens, ~10 min idle
+    python benchmarks/bench_generation.py --reps 3           # 16 prompts x 8 samples x 16 tokens, ~20 min idle
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "SmolLM2-135M-Instruct"
-CONTENDERS = ("vllm", "engine", "collector")
+CONTENDERS = ("vllm", "engine", "collector", "http", "server")
+BASELINE = {"vllm": "vllm", "engine": "vllm", "collector": "vllm", "http": "http", "server": "http"}
+"""Each contender's reference: the in-process vLLM for the in-process ones, the bare HTTP client for the server."""
 STEP, STREAM, SEED = 3, 0, 1234
 
 
@@ -71,6 +82,8 @@ def worker(who: str, count: int, n: int, max_tokens: int, calls: int, threads: i
     texts, ids, answers = prompts(count)
     seeds = [prompt_seed(SEED, position, STEP, STREAM) for position in range(count)]
     sampling = SamplingConfig(n=n, temperature=1.0, max_tokens=max_tokens, seed=SEED)
+    if who in ("http", "server"):
+        return server_worker(who, ids, seeds, sampling, calls)
     engine = VLLMEngine(MODEL, eos_token_id=2, max_model_len=128, in_process=True)  # <|im_end|> is id 2
     if who == "vllm":
         from vllm import SamplingParams
@@ -109,14 +122,67 @@ def worker(who: str, count: int, n: int, max_tokens: int, calls: int, threads: i
             rollout = collector.collect(records, sampling, step=STEP, stream=STREAM)
             return int(rollout.completion_mask.sum())
 
-    run()  # warm-up: first-call allocations
+    try:
+        return timed(run, calls)
+    finally:
+        engine.close()
+
+
+def timed(run: Callable[[], int], calls: int) -> dict[str, Any]:
+    """One warm-up call (first-call allocations), then ``calls`` timed calls: median seconds, generated tokens."""
+    run()
     times, tokens = [], []
     for _ in range(calls):
         start = time.perf_counter()
         tokens.append(run())
         times.append(time.perf_counter() - start)
-    engine.close()
     return {"seconds": statistics.median(times), "tokens": tokens[0], "all_tokens": tokens}
+
+
+def server_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: Any, calls: int) -> dict[str, Any]:
+    """``http`` or ``server`` on one launched ``vllm serve`` (its start-up is not timed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lit_fgrpo.servers import protocol
+    from lit_fgrpo.servers.engine import ServerEngine
+
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    with tempfile.TemporaryDirectory(prefix="bench_generation_") as workdir:
+        engine = ServerEngine.from_model(
+            model, AutoTokenizer.from_pretrained(MODEL), workdir, eos_token_id=2, launch=1, max_model_len=128,
+            startup_timeout_s=900,
+        )  # fmt: skip
+        del model
+        try:
+            if who == "server":
+
+                def run() -> int:
+                    return sum(len(c) for c in engine.generate(ids, sampling, seeds=seeds).completion_ids)
+
+                return timed(run, calls)
+            url = engine.fleet.servers[0].url
+            bodies = [protocol.sample_body(engine.request_model, p, sampling, [2], s) for p, s in zip(ids, seeds)]
+            limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
+            with (
+                httpx.Client(base_url=url, timeout=600.0, limits=limits) as client,
+                ThreadPoolExecutor(max_workers=len(bodies)) as pool,
+            ):
+
+                def post(body: dict[str, Any]) -> int:
+                    answer = client.post("/v1/completions", json=body)
+                    answer.raise_for_status()
+                    return sum(len(choice["token_ids"]) for choice in answer.json()["choices"])
+
+                def run_http() -> int:
+                    return sum(pool.map(post, bodies))
+
+                return timed(run_http, calls)
+        finally:
+            engine.close()
 
 
 def main() -> None:
@@ -160,14 +226,14 @@ def main() -> None:
     tokens = {who: {r["tokens"] for r in results[who]} for who in CONTENDERS}
     if len({t for ts in tokens.values() for t in ts}) != 1:
         print(f"WARNING: the contenders generated different token counts: {tokens}")
-    base = statistics.median(r["tokens"] / r["seconds"] for r in results["vllm"])
+    rate = {who: statistics.median(r["tokens"] / r["seconds"] for r in results[who]) for who in CONTENDERS}
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
-    print(f"{'contender':<10} {'tok/s':>8} {'spread':>17} {'overhead vs vllm':>17}")
+    print(f"{'contender':<10} {'tok/s':>8} {'spread':>17} {'overhead':>9}  against")
     for who in CONTENDERS:
         rates = [r["tokens"] / r["seconds"] for r in results[who]]
-        med = statistics.median(rates)
-        print(f"{who:<10} {med:>8.1f} {min(rates):>8.1f}-{max(rates):<8.1f} {base / med - 1:>+16.1%}")
-    print("goal (issue 34): engine and collector within 10% of vllm")
+        overhead = rate[BASELINE[who]] / rate[who] - 1
+        print(f"{who:<10} {rate[who]:>8.1f} {min(rates):>8.1f}-{max(rates):<8.1f} {overhead:>+9.1%}  {BASELINE[who]}")
+    print("goal (issue 34): engine and collector within 10% of vllm, server within 10% of http")
 
 
 if __name__ == "__main__":
