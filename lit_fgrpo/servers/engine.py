@@ -112,7 +112,7 @@ class ServerEngine(RolloutEngine):
         settings = ServerSettings.from_kwargs(kwargs)
         root = Path(settings.weights_dir) if settings.weights_dir else Path(workdir) / "weights"
         model_dir = root / "v0"
-        rank = adapter_rank(model) if settings.lora == "adapter" else None
+        rank = adapter_rank(model) if settings.lora_push == "adapter" else None
         write_model_dir(model, tokenizer, model_dir, merge=rank is None)
         fleet = open_fleet(
             settings, model_dir, Path(settings.log_dir or workdir), settings.max_lora_rank or (rank or 0)

