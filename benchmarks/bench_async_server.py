@@ -90,6 +90,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             self.success.append(float(metrics.get("rollout/success_rate", float("nan"))))
             if "rollout/staleness" in metrics:
                 self.staleness[-1] = int(metrics["rollout/staleness"])
+            keys = ("rollout/success_rate", "rollout/completion_length", "rollout/logprob_mismatch", "train/clip_frac")
+            shown = {k.split("/")[1]: round(float(metrics[k]), 3) for k in keys if k in metrics}
+            print(f"step {trainer.global_step}: {shown}", file=sys.stderr, flush=True)  # per-step trace
 
     cfg = yaml.safe_load(CONFIG.read_text())
     tmp = Path(tempfile.mkdtemp(prefix="bench_async_server_"))
