@@ -111,6 +111,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         cfg["model"]["policy"]["lora"] = None
         cfg["model"]["optimizer"]["lr"] = 1.0e-5
     cfg["model"]["batching"]["num_iterations"] = args.num_iterations
+    if args.lr is not None:
+        cfg["model"]["optimizer"]["lr"] = args.lr
     cfg["model"]["val_pass_at_k"] = [1]
     # k1 trains on a batch sampled one step earlier, so it needs the importance correction (a ConfigError without);
     # k0 gets it too, so that both contenders run the same objective (with no staleness the weights are 1)
@@ -144,6 +146,7 @@ def run_worker(args: argparse.Namespace, k: int) -> dict[str, Any]:
     command += ["--max-tokens", str(args.max_tokens)]
     command += ["--trainer-core", str(args.trainer_core), "--server-core", str(args.server_core)]
     command += ["--num-iterations", str(args.num_iterations)] + (["--full"] if args.full else [])
+    command += ["--lr", str(args.lr)] if args.lr is not None else []
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)])}
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -165,6 +168,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8, help="completion budget per sample")
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA r 16")
     parser.add_argument("--num-iterations", type=int, default=1, help="passes over each batch (mu)")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the config's)")
     parser.add_argument("--trainer-core", type=int, default=0)
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
