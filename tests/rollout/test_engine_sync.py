@@ -53,8 +53,10 @@ def test_the_probe_is_the_first_rows_of_the_last_rollout() -> None:
 
 
 def test_the_default_tolerance_follows_the_policy_dtype() -> None:
-    """``sync_tolerance: null``: a bf16 policy and its bf16 copy differ by rounding (about 0.01 here), which the
-    float32 tolerance would call a failed push; weights that were never pushed still fail at bf16."""
+    """``sync_tolerance: null``: the tolerance follows the policy's dtype at the moment of the check (0.25 in bf16,
+    1e-3 in float32, named in the message), and weights that were never pushed still fail at bf16. (Here the bf16
+    copy runs the trainer's own kernels, so its gap is 0; the 0.013 gap that made the float32 tolerance fail came
+    from a bf16-true FSDP run of maze_tiny, docs/RESULTS.md "The GPU check on one H200".)"""
     assert default_sync_tolerance(torch.float32) == 1e-3
     assert default_sync_tolerance(torch.bfloat16) == default_sync_tolerance(torch.float16) == 0.25
 
