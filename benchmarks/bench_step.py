@@ -241,11 +241,28 @@ def run_trl(case: Case, root: Path, model: Path, clock: list[float], lengths: li
     trainer.train()
 
 
+def current_rss_mib() -> float:
+    """This process's resident memory now (``VmRSS``), MiB."""
+    status = Path(f"/proc/{os.getpid()}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
 def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: int) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(threads)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # What no step can go below: the libraries' imports and the float32 weights (for full fine-tuning also their
+    # gradients and AdamW's two moments: 4x the weights; a LoRA adapter's share is left out).
+    if who == "lit":
+        import lit_fgrpo.callbacks  # noqa: F401
+        import lit_fgrpo.training.module  # noqa: F401
+    else:
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    imports_rss = current_rss_mib()
+    weight_mib = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 2**20
+    floor = imports_rss + weight_mib * (1 if case.lora_rank else 4)
     clock: list[float] = []
     lengths: list[float] = []
     (run_lit if who == "lit" else run_trl)(case, root, model, clock, lengths)
@@ -260,6 +277,8 @@ def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: 
         "completion_length": statistics.mean(lengths) if lengths else float("nan"),
         "peak_rss_mib": peak,
         "model_rss_mib": peak - base_rss,
+        "floor_mib": floor,
+        "imports_rss_mib": imports_rss,
         "threads_after": torch.get_num_threads(),
     }
 
@@ -313,6 +332,13 @@ def main() -> None:
         res = run_case(case, reps, args.threads, args.warmup)
         lit, trl = (statistics.median(r["step_s"] for r in res[w]) for w in ("lit", "trl"))
         rss = [statistics.median(r["peak_rss_mib"] for r in res[w]) for w in ("lit", "trl")]
+        floors = [statistics.median(r["floor_mib"] for r in res[w]) for w in ("lit", "trl")]
+        print(
+            f"  floor (imports + float32 weights{'' if case.lora_rank else ' + gradients + AdamW moments'}): "
+            f"lit {floors[0]:.0f} MiB, TRL {floors[1]:.0f} MiB; peak above it: lit {rss[0] - floors[0]:.0f} MiB, "
+            f"TRL {rss[1] - floors[1]:.0f} MiB, ratio {(rss[0] - floors[0]) / max(rss[1] - floors[1], 1):.2f}",
+            flush=True,
+        )
         lengths = [statistics.median(r["completion_length"] for r in res[w]) for w in ("lit", "trl")]
         table.append((case.name, lit, trl, rss, lengths))
         phases = res["lit"][-1]["phases"]

@@ -141,9 +141,11 @@ def test_entropy_matches_its_definition_and_is_only_computed_when_asked() -> Non
         out = completion_logprobs(model, ids, mask, 9, temperature=1.3, with_entropy=True, chunk_tokens=4)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(1) - 1).clamp(min=0)).logits
     logp = torch.log_softmax(logits[:, -10:-1] / 1.3, dim=-1)  # (B, T, V)
-    torch.testing.assert_close(out.logp, logp.gather(-1, ids[:, -9:, None]).squeeze(-1), rtol=1e-5, atol=1e-5)
+    real = mask[:, -9:].float()  # (B, T): padding positions are 0 by contract
+    want = logp.gather(-1, ids[:, -9:, None]).squeeze(-1) * real
+    torch.testing.assert_close(out.logp, want, rtol=1e-5, atol=1e-5)
     assert out.entropy is not None
-    torch.testing.assert_close(out.entropy, -(logp.exp() * logp).sum(-1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.entropy, -(logp.exp() * logp).sum(-1) * real, rtol=1e-5, atol=1e-5)
     assert completion_logprobs(model, ids, mask, 9).entropy is None
 
 

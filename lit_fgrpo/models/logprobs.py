@@ -218,7 +218,8 @@ def completion_logprobs(
             completions over its cached keys and values (:func:`shared_prompt_hidden`); False runs every row whole.
 
     Returns:
-        :class:`TokenLogprobs` with (B, T) float32 tensors.
+        :class:`TokenLogprobs` with (B, T) float32 tensors, 0 at the completion's padding positions
+        (``attention_mask`` 0): on the fast path neither the decoder (mostly) nor the output layer runs there.
     """
     T = completion_length
     split = split_output_layer(model) if chunked is not False else None
@@ -235,26 +236,29 @@ def completion_logprobs(
         targets = input_ids[rows, -T:]  # (b, T)
         if split is not None:
             decoder, head = split
+            b = targets.shape[0]
+            real = attention_mask[rows, -T:].reshape(-1).nonzero().squeeze(1)  # (N,) flat row * T + t, row-major
             hidden = (
                 shared_prompt_hidden(decoder, input_ids[rows], attention_mask[rows], position_ids[rows], T)
                 if share_prompts
                 else None
-            )
+            )  # (N, H)
             if hidden is None:
-                hidden = decoder(
+                whole = decoder(
                     input_ids=input_ids[rows],
                     attention_mask=attention_mask[rows],
                     position_ids=position_ids[rows],
                     use_cache=False,
                 ).last_hidden_state[:, -(T + 1) : -1, :]  # (b, T, H): position t predicts token t + 1
-            b, _, H = hidden.shape
+                hidden = whole.reshape(b * T, whole.shape[-1]).index_select(0, real)  # (N, H)
             n = chunk_tokens or max(1, _AUTO_CHUNK_ELEMENTS // _vocab_size(head))
             logp, ent = _chunked_head(
-                head, hidden.reshape(b * T, H), targets.reshape(b * T), temperature, n, with_entropy
-            )  # (b * T,)
-            logps.append(logp.view(b, T))
+                head, hidden, targets.reshape(b * T).index_select(0, real), temperature, n, with_entropy
+            )  # (N,)
+            # padding positions get 0: no output-layer work is spent on them
+            logps.append(logp.new_zeros(b * T).index_copy(0, real, logp).view(b, T))
             if ent is not None:
-                entropies.append(ent.view(b, T))
+                entropies.append(ent.new_zeros(b * T).index_copy(0, real, ent).view(b, T))
             continue
         kwargs = {"logits_to_keep": T + 1} if _accepts_logits_to_keep(model) else {}
         out = model(
@@ -264,9 +268,10 @@ def completion_logprobs(
         if temperature != 1.0:
             logits = logits / temperature
         logp, ent = logprobs_from_logits(logits, targets, with_entropy)  # (b, T)
-        logps.append(logp)
+        real = attention_mask[rows, -T:].to(logp.dtype)  # (b, T)
+        logps.append(logp * real)
         if ent is not None:
-            entropies.append(ent)
+            entropies.append(ent * real)
     return TokenLogprobs(torch.cat(logps), torch.cat(entropies) if with_entropy else None)
 
 

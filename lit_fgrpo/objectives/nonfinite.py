@@ -35,8 +35,8 @@ def first_nonfinite(
 ) -> str | None:
     """The first non-finite quantity, ``"loss"`` or ``"grad of <name>"``, or ``None`` if everything is finite.
 
-    Parameters without a gradient are ignored. One fused check over all gradients runs first, so the common all-finite
-    case costs one reduction per parameter and a single device sync.
+    Parameters without a gradient are ignored. The total 2-norm of the gradients is checked first, so the common
+    all-finite case costs one norm per parameter and a single device sync; only a non-finite norm looks further.
     """
     if loss is not None and not bool(torch.isfinite(torch.as_tensor(loss)).all()):
         return "loss"
@@ -44,6 +44,11 @@ def first_nonfinite(
     # per parameter, and a rank that stopped at its non-finite loss would not make it). Ranks agree in ``check``.
     named_grads = [(name, _local(p.grad)) for name, p in named_parameters if p.grad is not None]
     if not named_grads:
+        return None
+    # Fast path: a finite 2-norm over every gradient means every entry is finite (an inf or NaN entry makes it inf or
+    # NaN). One reduction, no bool copy: 0.02 s against 0.27 s for isfinite().all() over SmolLM2's 135M float32
+    # gradients on one CPU thread. A non-finite norm (or one that overflowed) takes the per-parameter check below.
+    if bool(torch.isfinite(torch.nn.utils.get_total_norm([grad for _, grad in named_grads]))):
         return None
     flags = torch.stack([torch.isfinite(grad).all() for _, grad in named_grads])  # (num_params,)
     if bool(flags.all()):

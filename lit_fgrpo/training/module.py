@@ -40,6 +40,7 @@ from lit_fgrpo.training.module_settings import (
     PolicySettings,
     checkpoint_init_args,
 )
+from lit_fgrpo.training.optimizer import build_adamw, kernel_flags, use_configured_kernel
 from lit_fgrpo.training.pass_at_k_steps import PassAtKSteps
 from lit_fgrpo.training.update import ImportanceCorrection, PolicyUpdate, UpdateSettings
 from lit_fgrpo.training.update_handles import LightningCollectives, LightningOptimizerStep
@@ -204,6 +205,14 @@ class FGRPOModule(PassAtKSteps):
         return as_prompt_batch(batch)
 
     @override
+    def on_train_start(self) -> None:
+        # after Lightning restored a checkpoint's optimizer state, whose param groups carry the kernel it ran with
+        o = self.optimizer_settings
+        for optimizer in self.trainer.optimizers:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            use_configured_kernel(optimizer, kernel_flags(params, o.kernel))
+
+    @override
     def on_fit_start(self) -> None:
         # The reference sits outside the module tree, so the strategy does not move it; follow the policy.
         if self.reference is not None:
@@ -212,7 +221,7 @@ class FGRPOModule(PassAtKSteps):
     @override
     def configure_optimizers(self) -> Any:
         params, o = [p for p in self.policy.parameters() if p.requires_grad], self.optimizer_settings
-        optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.adam_betas)
+        optimizer = build_adamw(params, o.lr, o.weight_decay, o.adam_betas, o.kernel)
         warmup = o.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1)))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

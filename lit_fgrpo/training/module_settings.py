@@ -23,6 +23,7 @@ from lit_fgrpo.models.lora import LoraSettings, lora_settings
 from lit_fgrpo.objectives.nonfinite import check_skip_limit
 from lit_fgrpo.objectives.objective_settings import ObjectiveSettings
 from lit_fgrpo.settings_mapping import group_flat_settings, saved_hparams
+from lit_fgrpo.training.optimizer import AdamWKernel, check_kernel
 
 
 def _finite(flag: str, names: tuple[str, ...], settings: Any) -> None:
@@ -74,6 +75,10 @@ class OptimizerSettings:
     max_nonfinite_skips: int = 5
     """Optimizer steps with a non-finite loss or gradient are skipped (counted, logged as ``train/nonfinite_skips``);
     this many in a row stop the run with a ``NonFiniteError``."""
+    kernel: AdamWKernel = "auto"
+    """torch's AdamW kernel: ``fused`` (one kernel over every parameter; on the CPU about 6x faster than
+    ``foreach`` for a 135M model), ``foreach`` (torch's default), ``for_loop``, or ``auto`` = fused wherever torch
+    has it for every trainable parameter (plain tensors on the CPU or CUDA), torch's own choice otherwise."""
 
     def __post_init__(self) -> None:
         flag = "--model.optimizer"
@@ -90,6 +95,7 @@ class OptimizerSettings:
                 raise ConfigError(f"{flag}.adam_betas[{i}] must be in [0, 1), got {beta}")
         object.__setattr__(self, "adam_betas", betas)  # a YAML list as the tuple AdamW takes
         check_skip_limit(self.max_nonfinite_skips)
+        check_kernel(self.kernel, f"{flag}.kernel")
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,20 @@ def test_first_nonfinite_names_loss_before_gradients() -> None:
 def test_bad_skip_limit_is_refused(value: float) -> None:
     with pytest.raises(ConfigError, match=r"--model.optimizer.max_nonfinite_skips must be an integer >= 1"):
         NonFiniteGuard(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None])
+def test_first_nonfinite_agrees_with_a_per_entry_loop(bad: float | None) -> None:
+    """The norm-first check against the definition (any entry non-finite), including finite gradients whose
+    2-norm overflows float32 (3e38 squared): those are finite and must not be reported."""
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (5, 7, 3)]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=g)
+    params[1].grad[2] = 3e38  # finite; the norm of the gradients overflows to inf
+    if bad is not None:
+        params[2].grad[1] = bad
+    named = [(f"p{i}", p) for i, p in enumerate(params)]
+    loop = next((f"grad of {name}" for name, p in named for v in p.grad.tolist() if not math.isfinite(v)), None)
+    assert first_nonfinite(1.0, named) == loop
+    assert (loop is None) == (bad is None)
