@@ -26,6 +26,10 @@ the trainer, whose prompt pass is shared by the group); ``--full`` and ``--num-i
     python benchmarks/bench_async_server.py --quick             # 1 repetition, 4 steps: a smoke run (~5 min)
     python benchmarks/bench_async_server.py                     # 3 repetitions, 8 steps (~14 min on 2 idle cores)
     python benchmarks/bench_async_server.py --max-tokens 16     # generation about as long as training
+    python benchmarks/bench_async_server.py --reps 6 --seeds 1 2 3 4 5 6 --lr 1e-4   # quality over 6 seeds
+
+With ``--seeds`` repetition i runs both contenders with seed i (``seed_everything`` and ``rollout.seed``), and the
+k1 - k0 differences of success and pass@1 are paired by seed (mean and 95 % t interval).
 
 Goal of issue 34: k1 at most 0.6x k0's step time, staleness at most 1, the same quality within noise.
 """
@@ -114,6 +118,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     if args.lr is not None:
         cfg["model"]["optimizer"]["lr"] = args.lr
     cfg["model"]["val_pass_at_k"] = [1]
+    if args.seed is not None:  # as lit-fgrpo compare does: the LoRA initialisation, the questions, the samples
+        cfg["seed_everything"] = args.seed
+        cfg["rollout"]["seed"] = args.seed
     # k1 trains on a batch sampled one step earlier, so it needs the importance correction (a ConfigError without);
     # k0 gets it too, so that both contenders run the same objective (with no staleness the weights are 1)
     cfg["model"]["objective"]["importance_correction"] = "token"
@@ -129,6 +136,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     metrics = cli.trainer.callback_metrics
     return {
         "k": args.k,
+        "seed": args.seed,
         "step_s": statistics.median(step_s[kept]),
         "train_s": statistics.median(clock.train_s[kept]),
         "gen_s": statistics.median(clock.gen_s[kept]),
@@ -147,6 +155,7 @@ def run_worker(args: argparse.Namespace, k: int) -> dict[str, Any]:
     command += ["--trainer-core", str(args.trainer_core), "--server-core", str(args.server_core)]
     command += ["--num-iterations", str(args.num_iterations)] + (["--full"] if args.full else [])
     command += ["--lr", str(args.lr)] if args.lr is not None else []
+    command += ["--seed", str(args.seed)] if args.seed is not None else []
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)])}
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -173,6 +182,10 @@ def main() -> None:
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--seeds", type=int, nargs="*", default=[], help="repetition i runs both contenders with seed i (cycling)"
+    )
     args = parser.parse_args()
     if not (MODEL / "config.json").is_file():
         sys.exit(f"bench_async_server: {MODEL} is missing; bash scripts/setup.sh imports it")
@@ -183,6 +196,7 @@ def main() -> None:
         args.reps, args.steps, args.warmup = 1, 4, 1
     results: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
     for rep in range(args.reps):
+        args.seed = args.seeds[rep % len(args.seeds)] if args.seeds else None
         for k in (0, 1) if rep % 2 == 0 else (1, 0):
             results[k].append(run_worker(args, k))
     how = "full fine-tuning" if args.full else "LoRA r 16"
@@ -204,6 +218,16 @@ def main() -> None:
             f"{statistics.median(r['gen_s'] for r in runs):>7.2f} {max(r['staleness_max'] for r in runs):>10} "
             f"{statistics.fmean(r['success'] for r in runs):>8.3f} {statistics.fmean(r['pass1'] for r in runs):>7.3f}"
         )
+    if args.seeds:  # one trajectory per seed and contender (runs are deterministic per seed): pair them by seed
+        from lit_fgrpo.experiments.evidence_stats import paired
+
+        print("per seed (k0 -> k1): " + "; ".join(
+            f"seed {a['seed']}: success {a['success']:.3f} -> {b['success']:.3f}, pass@1 {a['pass1']:.3f} -> "
+            f"{b['pass1']:.3f}" for a, b in zip(results[0], results[1], strict=True)
+        ))  # fmt: skip
+        for key, name in (("success", "training success"), ("pass1", "held-out pass@1")):
+            d = paired([b[key] - a[key] for a, b in zip(results[0], results[1], strict=True)])
+            print(f"k1 - k0 {name}: {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] (95 % t interval, {d.n} seeds)")
     gen = statistics.median(r["gen_s"] for r in results[0])
     train = statistics.median(r["train_s"] for r in results[0])
     print(f"k1 / k0 step time: {median[1] / median[0]:.2f} (goal <= 0.6); perfect overlap of k0's generation and "

@@ -241,6 +241,25 @@ def run_trl(case: Case, root: Path, model: Path, clock: list[float], lengths: li
     trainer.train()
 
 
+FLOOR_PROBE = """
+import os, sys, torch
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+touched = sum(float(p.detach().sum()) for p in model.parameters())  # fault in every mmapped weight page
+status = open(f"/proc/{os.getpid()}/status").read()
+print(int(status.split("VmRSS:")[1].split()[0]) / 1024, sum(p.numel() for p in model.parameters()) * 4 / 2**20)
+"""
+
+
+def common_floor_mib(case: Case, model: Path) -> float:
+    """What neither library's step can go below, measured in a fresh process: torch and transformers imported and
+    the float32 weights resident; for full fine-tuning plus their gradients and AdamW's two moments (3x the weights;
+    a LoRA adapter's share is left out)."""
+    out = subprocess.run([sys.executable, "-c", FLOOR_PROBE, str(model)], capture_output=True, text=True, check=True)
+    resident, weights = (float(x) for x in out.stdout.split())
+    return resident + (0.0 if case.lora_rank else 3 * weights)
+
+
 def current_rss_mib() -> float:
     """This process's resident memory now (``VmRSS``), MiB."""
     status = Path(f"/proc/{os.getpid()}/status").read_text()
@@ -252,8 +271,8 @@ def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: 
 
     torch.set_num_threads(threads)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    # What no step can go below: the libraries' imports and the float32 weights (for full fine-tuning also their
-    # gradients and AdamW's two moments: 4x the weights; a LoRA adapter's share is left out).
+    # RSS after the library's own imports, before any model: Lightning pulls torchmetrics (and with it matplotlib,
+    # scikit-learn and transformers' generation code) where TRL imports lazily
     if who == "lit":
         import lit_fgrpo.callbacks  # noqa: F401
         import lit_fgrpo.training.module  # noqa: F401
@@ -261,8 +280,6 @@ def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: 
         import datasets  # noqa: F401
         import trl  # noqa: F401
     imports_rss = current_rss_mib()
-    weight_mib = sum(f.stat().st_size for f in model.glob("*.safetensors")) / 2**20
-    floor = imports_rss + weight_mib * (1 if case.lora_rank else 4)
     clock: list[float] = []
     lengths: list[float] = []
     (run_lit if who == "lit" else run_trl)(case, root, model, clock, lengths)
@@ -277,7 +294,6 @@ def worker(who: str, case: Case, root: Path, model: Path, threads: int, warmup: 
         "completion_length": statistics.mean(lengths) if lengths else float("nan"),
         "peak_rss_mib": peak,
         "model_rss_mib": peak - base_rss,
-        "floor_mib": floor,
         "imports_rss_mib": imports_rss,
         "threads_after": torch.get_num_threads(),
     }
@@ -302,6 +318,7 @@ def run_case(case: Case, reps: int, threads: int, warmup: int) -> dict[str, list
                 print(
                     f"  rep {rep + 1} {who}: step {r['step_s']:.3f} s, peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True
                 )
+        results["floor"] = [{"floor_mib": common_floor_mib(case, model)}]  # measured alone, after the runs
     return results
 
 
@@ -332,11 +349,13 @@ def main() -> None:
         res = run_case(case, reps, args.threads, args.warmup)
         lit, trl = (statistics.median(r["step_s"] for r in res[w]) for w in ("lit", "trl"))
         rss = [statistics.median(r["peak_rss_mib"] for r in res[w]) for w in ("lit", "trl")]
-        floors = [statistics.median(r["floor_mib"] for r in res[w]) for w in ("lit", "trl")]
+        imports = [statistics.median(r["imports_rss_mib"] for r in res[w]) for w in ("lit", "trl")]
+        floor = res["floor"][0]["floor_mib"]
         print(
-            f"  floor (imports + float32 weights{'' if case.lora_rank else ' + gradients + AdamW moments'}): "
-            f"lit {floors[0]:.0f} MiB, TRL {floors[1]:.0f} MiB; peak above it: lit {rss[0] - floors[0]:.0f} MiB, "
-            f"TRL {rss[1] - floors[1]:.0f} MiB, ratio {(rss[0] - floors[0]) / max(rss[1] - floors[1], 1):.2f}",
+            f"  RSS after the library imports: lit {imports[0]:.0f} MiB, TRL {imports[1]:.0f} MiB; the floor both "
+            f"share (torch + transformers + the float32 weights"
+            f"{'' if case.lora_rank else ' + gradients + AdamW moments'}): {floor:.0f} MiB; peak above it: "
+            f"lit {rss[0] - floor:.0f} MiB, TRL {rss[1] - floor:.0f} MiB, ratio {(rss[0] - floor) / (rss[1] - floor):.2f}",
             flush=True,
         )
         lengths = [statistics.median(r["completion_length"] for r in res[w]) for w in ("lit", "trl")]
