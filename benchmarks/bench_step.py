@@ -8,6 +8,8 @@ Cases (issue #15):
   r  the real model (SmolLM2-135M-Instruct, imported by scripts/setup.sh into models/), matched as in case a,
      full fine-tuning: arithmetic questions as plain-text prompts on both sides
   l  case r with LoRA (r 16, alpha 32, the 7 linear projections) on both sides (TRL: ``peft_config``)
+  d  the real model with each library's defaults, as in case b (ours: vLLM, whose CPU engine runs in its own
+     process on the second core; TRL: HF ``generate``, gradient checkpointing, bf16 autocast, loss dapo)
 
 Each contender runs in its own process (``--worker``), contenders alternate in order every repetition, and the
 table gives medians over repetitions of each run's median step time (the first ``--warmup`` steps dropped: they
@@ -78,12 +80,15 @@ CASES = {
               max_tokens=16, steps=4, model=REAL_MODEL),
     "l": Case("l: SmolLM2, matched, LoRA 16", hidden=576, layers=30, vocab=49_152, prompts=4, group=4, prompt_len=0,
               max_tokens=16, steps=4, model=REAL_MODEL, lora_rank=16),
+    "d": Case("d: SmolLM2, defaults, full", hidden=576, layers=30, vocab=49_152, prompts=4, group=4, prompt_len=0,
+              max_tokens=16, steps=5, model=REAL_MODEL, matched=False),
 }  # fmt: skip
 QUICK = {"a": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
          "b": dict(hidden=64, vocab=200, prompts=2, group=2, prompt_len=8, max_tokens=8, steps=2),
          "c": dict(hidden=64, prompts=1, group=2, prompt_len=8, max_tokens=32, steps=2),
          "r": dict(prompts=1, group=2, max_tokens=4, steps=2),
-         "l": dict(prompts=1, group=2, max_tokens=4, steps=2)}  # fmt: skip
+         "l": dict(prompts=1, group=2, max_tokens=4, steps=2),
+         "d": dict(prompts=1, group=2, max_tokens=4, steps=2)}  # fmt: skip
 # head_dim = hidden // heads = 32 everywhere: vLLM's CPU attention rejects 16.
 
 
