@@ -11,11 +11,14 @@ gives medians over repetitions of each run's median step time after ``--warmup``
 step (batch start to next batch start), the trainer's part (training, the LoRA push and its log-prob check on the
 server), the server's generation time of the batch (``generation_seconds``: for k1 it ran while the previous batch
 trained), the largest staleness taken, the mean training success rate (``rollout/success_rate``: the
-``last_number`` answer reward) and the held-out pass@1 after the last step (32 questions x 4 samples).
+``last_number`` answer reward), the held-out pass@1 after the last step (32 questions x 4 samples) and the mean
+share of groups that trained (``rollout/frac_active_groups``: a group whose rewards tie has no advantage).
 
 The reward is the answer (1 when the reply's last number is the sum) minus 0.01 per character: at a 3 % solve rate
 most groups would tie at 0 and skip training, so there would be nothing to overlap; the length term makes every
-group train, as a real shaped reward does. The success rate and pass@1 count the answer only.
+group train, as a real shaped reward does. The success rate and pass@1 count the answer only. ``--reward answer``
+drops the length term: groups whose 8 answers tie (all wrong or all right) then skip the training pass, as in plain
+RLVR, and the trainer's share of a step shrinks with the share of mixed groups.
 
 Overlap can save at most the shorter of the two sides: k1 / k0 >= max(gen, train) / (gen + train); the table prints
 that bound beside the measured ratio. ``--max-tokens`` moves the balance (longer completions cost the server more than
@@ -78,6 +81,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             self.gen_s: list[float] = []
             self.staleness: list[int] = []
             self.success: list[float] = []
+            self.active: list[float] = []
 
         @override
         def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -92,6 +96,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
             self.train_s.append(time.perf_counter() - self.starts[-1])
             metrics = trainer.callback_metrics
             self.success.append(float(metrics.get("rollout/success_rate", float("nan"))))
+            self.active.append(float(metrics.get("rollout/frac_active_groups", float("nan"))))
             if "rollout/staleness" in metrics:
                 self.staleness[-1] = int(metrics["rollout/staleness"])
             keys = ("rollout/success_rate", "rollout/completion_length", "rollout/logprob_mismatch", "train/clip_frac")
@@ -106,7 +111,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     cfg["rollout"].update(
         engine="vllm_server", max_staleness=args.k, validate_at_start=False, val_samples=4,
-        reward_funcs=["last_number", "bench_async_server:brevity_reward"], correctness="last_number",
+        reward_funcs=["last_number"] + (["bench_async_server:brevity_reward"] if args.reward == "shaped" else []),
+        correctness="last_number",
         engine_kwargs={"launch": 1, "cores": [[args.server_core]], "max_model_len": 128, "startup_timeout_s": 900},
     )  # fmt: skip
     cfg["rollout"]["sampling"].update(n=args.n, max_tokens=args.max_tokens)
@@ -142,6 +148,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         "gen_s": statistics.median(clock.gen_s[kept]),
         "staleness_max": max(clock.staleness),
         "success": statistics.fmean(clock.success),
+        "active": statistics.fmean(clock.active),
         "pass1": float(metrics.get("val/pass_at_1", float("nan"))),
         "trainer_cores": sorted(os.sched_getaffinity(0)),
     }
@@ -156,6 +163,7 @@ def run_worker(args: argparse.Namespace, k: int) -> dict[str, Any]:
     command += ["--num-iterations", str(args.num_iterations)] + (["--full"] if args.full else [])
     command += ["--lr", str(args.lr)] if args.lr is not None else []
     command += ["--seed", str(args.seed)] if args.seed is not None else []
+    command += ["--reward", args.reward]
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)])}
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -178,6 +186,11 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA r 16")
     parser.add_argument("--num-iterations", type=int, default=1, help="passes over each batch (mu)")
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the config's)")
+    parser.add_argument(
+        "--reward", choices=["shaped", "answer"], default="shaped",
+        help="shaped: the answer minus 0.01 per character (every group trains); answer: the answer only (groups "
+        "that tie skip training, as in plain RLVR)",
+    )  # fmt: skip
     parser.add_argument("--trainer-core", type=int, default=0)
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -207,7 +220,7 @@ def main() -> None:
         f"trainer on core {args.trainer_core} (1 thread)"
     )
     print(f"{'':>4} {'step s':>8} {'(spread)':>15} {'train+push s':>13} {'gen s':>7} {'staleness':>10} "
-          f"{'success':>8} {'pass@1':>7}")  # fmt: skip
+          f"{'success':>8} {'pass@1':>7} {'trained':>8}")  # fmt: skip
     median = {}
     for k, runs in results.items():
         steps = sorted(r["step_s"] for r in runs)
@@ -216,7 +229,8 @@ def main() -> None:
         print(
             f"{'k' + str(k):>4} {median[k]:>8.2f} {spread:>15} {statistics.median(r['train_s'] for r in runs):>13.2f} "
             f"{statistics.median(r['gen_s'] for r in runs):>7.2f} {max(r['staleness_max'] for r in runs):>10} "
-            f"{statistics.fmean(r['success'] for r in runs):>8.3f} {statistics.fmean(r['pass1'] for r in runs):>7.3f}"
+            f"{statistics.fmean(r['success'] for r in runs):>8.3f} {statistics.fmean(r['pass1'] for r in runs):>7.3f} "
+            f"{statistics.fmean(r.get('active', float('nan')) for r in runs):>8.2f}"
         )
     if args.seeds:  # one trajectory per seed and contender (runs are deterministic per seed): pair them by seed
         from lit_fgrpo.experiments.evidence_stats import paired
