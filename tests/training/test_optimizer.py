@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.training.module_settings import OptimizerSettings
 from lit_fgrpo.training.optimizer import build_adamw, kernel_flags, use_configured_kernel
-from tests.training.tiny_setup import tiny_module
+from tests.training.tiny_setup import maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 
 def adamw_loop(
@@ -74,3 +78,28 @@ def test_the_module_trains_with_the_fused_kernel_and_keeps_it_on_resume() -> Non
     # ... and the hook the module runs at on_train_start puts the configured one back
     use_configured_kernel(optimizer, kernel_flags(params, "auto"))
     assert optimizer.param_groups[0]["fused"] is True and not math.isnan(optimizer.param_groups[0]["lr"])
+
+
+class KernelSeen(L.Callback):
+    """The optimizer's kernel flags at every training batch (after any checkpoint was restored)."""
+
+    def __init__(self) -> None:
+        self.fused: list[bool | None] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.fused.append(trainer.optimizers[0].param_groups[0]["fused"])
+
+
+def test_a_resumed_run_keeps_the_configured_kernel(tmp_path: Path) -> None:
+    """A checkpoint written with the foreach kernel, resumed with ``auto``: the run goes on fused (Lightning's
+    ``load_state_dict`` brings the saved flags back; the module's ``on_train_start`` puts the configured ones)."""
+
+    def fit(max_steps: int, kernel: str, ckpt_path: str | None = None) -> KernelSeen:
+        seen = KernelSeen()
+        checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
+        trainer = quiet_trainer(max_steps, [word_count_rollouts(), checkpoint, seen])
+        trainer.fit(tiny_module(kernel=kernel), maze_data(), ckpt_path=ckpt_path)
+        return seen
+
+    assert fit(1, "foreach").fused == [None]
+    assert fit(2, "auto", ckpt_path=str(tmp_path / "ckpt" / "last.ckpt")).fused == [True]
