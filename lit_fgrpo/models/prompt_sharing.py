@@ -66,6 +66,8 @@ def length_buckets(extents: list[int], max_buckets: int = MAX_BUCKETS) -> list[l
     Returns:
         Row indices per group, longest extents first; every row in exactly one group.
     """
+    if not extents:
+        return []
     order = sorted(range(len(extents)), key=lambda r: -extents[r])
     width = [max(extents[r] - 1, 0) for r in order]  # decoder positions per row of a group led by this row
     n = len(order)
@@ -140,14 +142,14 @@ def shared_prompt_hidden(
         if w == 0:
             continue  # empty completions: nothing to predict
         rows = torch.tensor(group, device=input_ids.device)  # (n,)
-        first = prompt_hidden.index_select(0, row_prompt.index_select(0, rows)).unsqueeze(1)  # (n, 1, H)
-        parts = [first]
+        prompt_of = row_prompt.index_select(0, rows)  # (n,): each row's distinct prompt
+        parts = [prompt_hidden.index_select(0, prompt_of).unsqueeze(1)]  # (n, 1, H)
         if w > 1:
             group_cache: Any = cache
             if plain:  # a new cache per group: the decoder appends the group's completion keys to it
-                group_cache = copy_cache_rows(cache, row_prompt.index_select(0, rows))
+                group_cache = copy_cache_rows(cache, prompt_of)
             else:  # one group of every row: the prompt cache itself is indexed out
-                select_cache_rows(group_cache, row_prompt.index_select(0, rows))
+                select_cache_rows(group_cache, prompt_of)
             parts.append(
                 decoder(
                     input_ids=input_ids.index_select(0, rows)[:, Tp : Tp + w - 1],
