@@ -147,7 +147,7 @@ def server_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: An
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lit_fgrpo.servers import protocol
+    from lit_fgrpo.servers import completions_api
     from lit_fgrpo.servers.engine import ServerEngine
 
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
@@ -165,7 +165,9 @@ def server_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: An
 
                 return timed(run, calls)
             url = engine.fleet.servers[0].url
-            bodies = [protocol.sample_body(engine.request_model, p, sampling, [2], s) for p, s in zip(ids, seeds)]
+            bodies = [
+                completions_api.sample_body(engine.request_model, p, sampling, [2], s) for p, s in zip(ids, seeds)
+            ]
             limits = httpx.Limits(max_connections=len(bodies), max_keepalive_connections=len(bodies))
             with (
                 httpx.Client(base_url=url, timeout=600.0, limits=limits) as client,

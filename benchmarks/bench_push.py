@@ -26,17 +26,17 @@ from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.servers.engine import ServerEngine
 from lit_fgrpo.servers.fleet import Fleet
 from lit_fgrpo.servers.server_settings import ServerSettings
-from tests.test_vllm_engine import BOS, EOS, PAD, VOCAB, tiny_model, tiny_tokenizer
+from tests.tiny_models import BOS, EOS, PAD, VLLM_VOCAB, vllm_model, vllm_tokenizer
 
 
 def policy_of(hidden: int, layers: int) -> nn.Module:
     """The tests' tiny tied Qwen2, or a wider/deeper one of the same shape family (head_dim 32)."""
     if hidden == 64 and layers == 2:
-        return tiny_model("qwen2", tied=True).eval()
+        return vllm_model("qwen2", tied=True).eval()
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     config = Qwen2Config(
-        vocab_size=VOCAB,
+        vocab_size=VLLM_VOCAB,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
@@ -70,7 +70,7 @@ def main() -> None:
     policy = policy_of(args.hidden, args.layers)
     with tempfile.TemporaryDirectory() as workdir:
         collective = ServerEngine.from_model(
-            policy, tiny_tokenizer(), workdir, eos_token_id=EOS, launch=1, push="collective", startup_timeout_s=300
+            policy, vllm_tokenizer(), workdir, eos_token_id=EOS, launch=1, push="collective", startup_timeout_s=300
         )
         try:
             server = collective.fleet.servers[0]

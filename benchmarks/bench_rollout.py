@@ -83,7 +83,7 @@ def start_vllm(model: Any, case: Case) -> Any:
         None,
         tempfile.mkdtemp(),
         eos_token_id=case.vocab - 1,
-        max_model_len=max(case.prompt_len + case.max_tokens + 8, 48),  # verify_sync scores 32-token probes
+        max_model_len=max(case.prompt_len + case.max_tokens + 8, 48),  # the sync check scores 32-token probes
     )
 
 
@@ -93,6 +93,7 @@ def rollout_worker(engine_kind: str, case: Case) -> dict[str, Any]:
 
     from lit_fgrpo.engines.base import SamplingConfig
     from lit_fgrpo.engines.hf import HFEngine
+    from lit_fgrpo.engines.trainer_logprobs import check_policy_sync
 
     model = build(case)
     g = torch.Generator().manual_seed(0)
@@ -116,7 +117,9 @@ def rollout_worker(engine_kind: str, case: Case) -> dict[str, Any]:
         engine.sync_weights(model)
         result["sync_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        result["delta"] = engine.verify_sync(model)
+        probe = torch.randint(0, case.vocab, (2, 32), generator=torch.Generator().manual_seed(0)).tolist()
+        rows = ([r[:16] for r in probe], [r[16:] for r in probe])
+        result["delta"] = check_policy_sync(engine, model, *rows, None, "bench_rollout")
         result["verify_s"] = time.perf_counter() - t0
     result["threads_after"] = torch.get_num_threads()
     return result

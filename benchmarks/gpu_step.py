@@ -34,7 +34,6 @@ from lightning.pytorch.loggers import Logger
 from lit_fgrpo.callbacks import RolloutCallback
 from lit_fgrpo.data import (
     LoaderSettings,
-    MazeSettings,
     PromptDataModule,
     PromptSettings,
     SplitSettings,
@@ -42,7 +41,7 @@ from lit_fgrpo.data import (
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.tasks.maze import MAZE_VOCAB
+from lit_fgrpo.tasks.maze import MAZE_VOCAB, MazeConfig
 from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
 from lit_fgrpo.training.module import FGRPOModule
 from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy: {num_params / 1e6:.1f}M parameters, vocab {vocab}", flush=True)
         data = PromptDataModule(
             source="maze",
-            maze=MazeSettings(rows=7, cols=7),
+            maze=MazeConfig(rows=7, cols=7),
             splits=SplitSettings(num_train=4 * args.prompts, num_val=0, num_test=0, val_size=0),
             prompts=PromptSettings(max_length=1024),
             loader=LoaderSettings(prompts_per_step=args.prompts),

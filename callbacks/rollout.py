@@ -6,6 +6,11 @@ collector and the mode's schedule (synchronous, dynamic sampling, asynchronous).
 read through :class:`RolloutConsumer` only. Settings: :class:`~lit_fgrpo.rollout.rollout_settings.RolloutSettings`.
 The engine is built at the first stage start (after ``configure_model``) and marked stale at every stage start and
 restore, so the first rollout pushes the (warm-started or restored) weights before it samples.
+
+Each call carries the trainer's step, the module's step timer and one logging function, the trainer logger's
+``log_metrics``: the weight pushes and the held-out pass@k before RL are logged through it at their step. What the
+rollout side measures of a training batch (the collector's timings and counts, dynamic sampling's counts, an
+asynchronous batch's staleness) rides on the batch's ``rollout.stats`` and is logged by the module with the update.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import lightning as L
 from typing_extensions import override
 
 from lit_fgrpo.engines.base import RolloutEngine
-from lit_fgrpo.rollout.async_schedule import AsyncRolloutDriver, AsyncRollouts
+from lit_fgrpo.rollout.async_schedule import AsyncRollouts
 from lit_fgrpo.rollout.batch import PromptBatch
 from lit_fgrpo.rollout.consumer import RolloutConsumer, check_consumer
 from lit_fgrpo.rollout.rollout_settings import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, RolloutSettings
-from lit_fgrpo.rollout.source import RolloutSource, StepContext, validation_batches
+from lit_fgrpo.rollout.schedule import LogFn, StepContext, no_log
+from lit_fgrpo.rollout.source import RolloutSource, validation_batches
 
 
 class RolloutCallback(L.Callback):
@@ -36,6 +42,8 @@ class RolloutCallback(L.Callback):
         self.source = RolloutSource(self.settings)
         self.start_pass_at_k: dict[str, float] = {}
         """Held-out pass@k before the first RL step (``validate_at_start``); reported by ``PassAtKReport``."""
+        self.log: LogFn = no_log
+        """Where the rollout side's metrics go: the trainer's logger (set at setup)."""
 
     # ------------------------------------------------------------------ what other code reads
     @property
@@ -46,13 +54,17 @@ class RolloutCallback(L.Callback):
     @property
     def last_sync_step(self) -> int:
         """The global step of the last weight push (-1: none yet)."""
-        return self.source.engine_sync.last_sync_step
+        return self.source.last_sync_step
 
     @property
-    def async_rollouts(self) -> AsyncRolloutDriver | None:
-        """The generator's driver with ``max_staleness >= 1``; None on the synchronous path."""
-        schedule = self.source.schedule
-        return schedule.driver if isinstance(schedule, AsyncRollouts) else None
+    def async_rollouts(self) -> AsyncRollouts | None:
+        """The asynchronous schedule with ``max_staleness >= 1``; None on the synchronous path."""
+        return self.source.asynchronous
+
+    def step_context(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepContext:
+        """The trainer's state for one call of the source: step, ranks, data module, the module's timer, the log."""
+        timer = cast(RolloutConsumer, pl_module).timer
+        return StepContext(trainer.global_step, trainer.world_size, datamodule_of(trainer), timer, self.log)
 
     # ------------------------------------------------------------------ hooks
     @override
@@ -60,8 +72,8 @@ class RolloutCallback(L.Callback):
         check_consumer(pl_module, RolloutConsumer, "RolloutCallback")  # by name: reading `policy` would build it
         consumer = cast(RolloutConsumer, pl_module)
         self.settings.check_consumer(consumer)
-        logger = trainer.logger
-        self.source.bind(consumer, lambda metrics, step: logger.log_metrics(metrics, step=step) if logger else None)
+        self.log = trainer.logger.log_metrics if trainer.logger is not None else no_log
+        self.source.bind(consumer)
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -69,7 +81,7 @@ class RolloutCallback(L.Callback):
 
     @override
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self.source.schedule.close()  # a generator thread must not outlive the run
+        self.source.stop()  # a generator thread must not outlive the run
 
     @override
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -77,8 +89,8 @@ class RolloutCallback(L.Callback):
 
     @override
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.source.build()  # validate(ckpt_path=...) and test(ckpt_path=...) restore after setup: stale then
-        self.source.engine_sync.stale |= trainer.state.fn != "fit"
+        # validate(ckpt_path=...) and test(ckpt_path=...) restore after setup: stale then
+        self.source.prepare(restored=trainer.state.fn != "fit")
 
     @override
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -87,32 +99,30 @@ class RolloutCallback(L.Callback):
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         batches = validation_batches(datamodule_of(trainer))
-        if self.source.engine_sync.stale:
-            # Push now so that the start-of-run validation samples from the trained-from policy (warm-started or
-            # restored); probed on a validation prompt when there is one.
-            probe = [record.prompt_ids for record in (list(batches[0])[:2] if batches else [])]
-            self.source.ensure_synced(trainer.global_step, probe)
+        # Push now so that the start-of-run validation samples from the trained-from policy (warm-started or
+        # restored); probed on a validation prompt when there is one.
+        probe = [record.prompt_ids for record in (list(batches[0])[:2] if batches else [])]
+        self.source.push_if_stale(self.step_context(trainer, pl_module), probe)
         if self.settings.validate_at_start and trainer.global_step == 0:
             ks = cast(RolloutConsumer, pl_module).pass_at_k_ks
-            self.start_pass_at_k = self.source.evaluate(batches, ks, trainer.global_step, pl_module.device)
-            if trainer.logger is not None and self.start_pass_at_k:
-                trainer.logger.log_metrics({f"val/{k}": v for k, v in self.start_pass_at_k.items()}, step=0)
+            values = self.source.evaluate(batches, ks, trainer.global_step, pl_module.device)
+            # the before/after report is pass@k's; other held-out values (an episode's first turn) are only logged
+            self.start_pass_at_k = {k: v for k, v in values.items() if k.startswith("pass_at_")}
+            if values:
+                self.log({f"val/{k}": v for k, v in values.items()}, 0)
 
     @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
-        context = StepContext(trainer.global_step, trainer.world_size, datamodule_of(trainer))
-        batch.rollout, stats = self.source.take(batch, context)
-        if stats:
-            pl_module.log_dict(stats, on_step=True, on_epoch=False, batch_size=len(batch.records))
+        batch.rollout = self.source.take(batch, self.step_context(trainer, pl_module))
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self.source.after_step(trainer.global_step)
+        self.source.after_step(self.step_context(trainer, pl_module))
 
     @override
     def on_validation_batch_start(
@@ -120,7 +130,8 @@ class RolloutCallback(L.Callback):
     ) -> None:
         assert isinstance(batch, PromptBatch), "the module's on_after_batch_transfer must return a PromptBatch"
         stream = TEST_STREAM if trainer.testing else VAL_STREAM
-        batch.rollout = self.source.evaluation(batch, trainer.global_step, stream, trainer.state.fn == "fit")
+        call = self.step_context(trainer, pl_module)
+        batch.rollout = self.source.evaluation(batch, call, stream, trainer.state.fn == "fit")
         if evaluation_loop(trainer).batch_progress.is_last_batch:
             # An engine shared by the ranks serves the other ranks' remaining batches now: before this rank's epoch
             # end, whose metric reductions (Lightning's, before on_validation_epoch_end) wait for every rank.

@@ -1,4 +1,8 @@
-"""``SampleTable``: a table of sample completions logged to MLflow every few training steps."""
+"""``SampleTable``: a table of sample completions logged to MLflow every few training steps.
+
+A multi-turn episode's row also holds its whole ``conversation``, one message per line with its role in brackets
+(``[assistant] 21``, ``[user] Wrong, try again.``, ``[tool] 84``), and its number of model ``turns``.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +19,26 @@ log = logging.getLogger(__name__)
 
 
 def sample_rows(rollout: RolloutBatch, step: int, rows: int) -> dict[str, list[Any]]:
-    """The first ``rows`` completions of a rollout as table columns (step, prompt, completion, reward, correct)."""
+    """The first ``rows`` completions of a rollout as table columns (step, prompt, completion, reward, correct; for
+    multi-turn episodes also conversation and turns)."""
     rows = min(rows, len(rollout.completions))
-    return {
+    table: dict[str, list[Any]] = {
         "step": [step] * rows,
         "prompt": rollout.prompts[:rows],
         "completion": rollout.completions[:rows],
         "reward": [float(x) for x in rollout.rewards.reshape(-1)[:rows]],
         "correct": [bool(x) for x in rollout.correct.reshape(-1)[:rows]],
     }
+    if rollout.conversations:
+        conversations = rollout.conversations[:rows]
+        table["conversation"] = [conversation_text(messages) for messages in conversations]
+        table["turns"] = [sum(m.get("role") == "assistant" for m in messages) for messages in conversations]
+    return table
+
+
+def conversation_text(messages: list[dict[str, str]]) -> str:
+    """A conversation as text: each message on its own line(s), after its role in brackets."""
+    return "\n".join(f"[{m.get('role', '?')}] {m.get('content', '')}" for m in messages)
 
 
 class SampleTable(L.Callback):

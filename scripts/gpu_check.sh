@@ -2,7 +2,7 @@
 # The GPU check (issue 9): on one H200, within about 8-10 minutes,
 # First run on an H200 without vLLM (2026-12-04): 268 s, docs/RESULTS.md "The GPU check on one H200".
 #   1. the `gpu`-marked tests (CUDA HF engine, FSDP2 full-weight gather on CUDA/NCCL, vLLM where marked), among them
-#      tests/rollout/test_server_collective_gpu.py (issue 23): a launched CUDA `vllm serve` (10% of the GPU) gets the
+#      tests/servers/test_collective_gpu.py (issue 23): a launched CUDA `vllm serve` (10% of the GPU) gets the
 #      policy from cuda:0 over `push: collective` and passes the log-prob probe; gloo on one GPU, nccl only with two
 #      (NCCL refuses two ranks on one device). Its server start-up (~1-2 min) is not yet measured on the H200,
 #      hence the step's longer timeout,

@@ -28,7 +28,7 @@ def _one_torch_thread() -> Iterator[None]:
 
     Many tests compare two runs in one process bit for bit (resume, k = 0 against synchronous, golden weights).
     With 2 threads such comparisons failed now and then; the cause found later was the shared-prompt pass's
-    backward adding a prompt's rows from 2 threads in a varying order (fixed; tests/test_prompt_sharing.py checks
+    backward adding a prompt's rows from 2 threads in a varying order (fixed; tests/models/test_prompt_sharing.py checks
     2-thread runs bit for bit). The pin stays so that a threaded op added later cannot make those tests flaky.
     Tests about thread counts set their own.
     """
@@ -45,16 +45,16 @@ def cuda_available() -> bool:
 # ---------------------------------------------------------------- portability across CPU kernels (issue 21)
 NUMERICS_MODULES = (
     "tests/training/test_golden.py",
-    "tests/test_logprobs.py",
+    "tests/models/test_logprobs.py",
     "tests/training/test_module.py",
     "tests/training/test_resume.py",
     "tests/training/test_determinism.py",
     "tests/distributed/test_lightning_launch.py",
-    "tests/test_hf_engine.py",
-    "tests/rollout/test_decode.py",
-    "tests/test_prompt_sharing.py",
-    "tests/core/test_policy_loss.py",
-    "tests/test_micro_batches.py",
+    "tests/engines/test_hf.py",
+    "tests/engines/test_decode.py",
+    "tests/models/test_prompt_sharing.py",
+    "tests/objectives/test_policy_loss.py",
+    "tests/training/test_micro_batches.py",
     "tests/callbacks/test_async_training.py",
 )
 """Tests whose expectations depend on float rounding: ``scripts/test.sh`` runs them (``-m numerics``) a second

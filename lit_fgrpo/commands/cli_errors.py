@@ -10,13 +10,17 @@ raise ``UserError`` yet). Everything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import re
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from lit_fgrpo.commands.cli_parse_errors import UNION_HEAD, explain
 from lit_fgrpo.errors import ConfigError, UserError
 
+DEBUG_ENV = "LIT_FGRPO_DEBUG"
+"""Set to ``1`` to show full tracebacks for user errors (same as ``--debug``)."""
 MAX_LINE = 400
 """Longest ``error:`` line; longer messages are cut with an ellipsis."""
 
@@ -140,11 +144,11 @@ def _grouped_hint(key: str) -> str:
     name = key.removeprefix("model.")
     if key.startswith("model.") and name in FLAT_NAMES:
         return f"the model's settings are grouped: use --model.{FLAT_NAMES[name]}.{name} (model: {{{FLAT_NAMES[name]}: ...}})"
-    from lit_fgrpo.data.data_settings import FLAT_NAMES as DATA_FLAT_NAMES  # the data module's, likewise
+    from lit_fgrpo.data.data_settings import flat_names  # the data module's (and its tasks'), likewise
 
     name = key.removeprefix("data.")
-    if key.startswith("data.") and name in DATA_FLAT_NAMES:
-        group, field = DATA_FLAT_NAMES[name]
+    if key.startswith("data.") and name in flat_names():
+        group, field = flat_names()[name]
         return f"the data module's settings are grouped: use --data.{group}.{field} (data: {{{group}: ...}})"
     return _HELP_HINT
 
@@ -285,3 +289,26 @@ def subcommand_error(name: str, err: BaseException) -> str:
     message = user_error_message(err) or f"error: {_one_line(str(err))}"
     message = message.replace("`lit-fgrpo fit --help`", f"`lit-fgrpo {name} --help`")
     return f"lit-fgrpo {name}: {message}"
+
+
+def run_command(name: str, main: Callable[[list[str]], int], words: list[str], debug: bool = False) -> int:
+    """``main(words)`` of the subcommand ``name``, a user mistake printed as one ``lit-fgrpo <name>: error:`` line
+    (status 2); with ``debug``, or for a bug, the exception propagates with its traceback."""
+    try:
+        return int(main(words))
+    except Exception as err:
+        if debug or user_error_message(err) is None:
+            raise
+        print(subcommand_error(name, err), file=sys.stderr)
+        return 2
+
+
+def wants_debug(words: Sequence[str]) -> bool:
+    """Whether tracebacks are asked for: ``--debug`` anywhere among ``words``, or :data:`DEBUG_ENV` set."""
+    return "--debug" in words or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def run_as_script(name: str, main: Callable[[list[str]], int]) -> int:
+    """What ``lit-fgrpo <name> ...`` does, for ``python -m <the command's module> ...``."""
+    words = sys.argv[1:]
+    return run_command(name, main, [word for word in words if word != "--debug"], wants_debug(words))

@@ -24,9 +24,9 @@ from typing import Any
 import torch
 from jsonargparse import Namespace
 
-from lit_fgrpo.cli import FGRPOCLI, cli_main
 from lit_fgrpo.commands.cli_errors import precheck_config_files
 from lit_fgrpo.commands.config_checks import as_plain
+from lit_fgrpo.commands.lightning_cli import FGRPOCLI, cli_main
 from lit_fgrpo.distributed.memory_plan import (
     GIB,
     EngineShare,
@@ -73,7 +73,8 @@ def architecture(model: Namespace, architecture_file: str | None) -> Any:
     """The policy's HF config: ``--architecture FILE``, else ``model_config``, else ``model``'s ``config.json``."""
     from transformers import AutoConfig
 
-    from lit_fgrpo.models.policy import load_tokenizer, policy_config
+    from lit_fgrpo.models.policy import policy_config
+    from lit_fgrpo.tasks.registry import load_tokenizer
 
     if architecture_file is not None:
         path = Path(architecture_file)

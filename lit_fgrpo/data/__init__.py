@@ -3,7 +3,6 @@
 from lit_fgrpo.data.data_settings import (
     FileSettings,
     LoaderSettings,
-    MazeSettings,
     PromptSettings,
     ReasoningGymSettings,
     SplitSettings,
@@ -11,13 +10,12 @@ from lit_fgrpo.data.data_settings import (
 )
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.data.records import PromptRecord, SourceExample, TooLongPolicy, render_prompt, render_records
-from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_maze_splits, read_parquet, read_reasoning_gym
+from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet, read_reasoning_gym, read_task_splits
 from lit_fgrpo.data.streaming import PromptStream
 
 __all__ = [
     "FileSettings",
     "LoaderSettings",
-    "MazeSettings",
     "PromptDataModule",
     "PromptRecord",
     "PromptSettings",
@@ -29,9 +27,9 @@ __all__ = [
     "grouped_data_settings",
     "read_disk_dataset",
     "read_jsonl",
-    "read_maze_splits",
     "read_parquet",
     "read_reasoning_gym",
+    "read_task_splits",
     "render_prompt",
     "render_records",
 ]

@@ -1,57 +1,41 @@
 """``PromptDataModule``'s settings groups, each typed, documented and checked once, and the migration of flat ones.
 
-``PromptDataModule(source="maze", maze=MazeSettings(rows=5), splits=SplitSettings(num_train=500), ...)``; on the
-command line ``--data.maze.rows 5``, in YAML ``data: {maze: {rows: 5}}``. Each group refuses a wrong value on
-construction with one :class:`~lit_fgrpo.errors.ConfigError` naming the full flag (``--data.maze.rows must be >= 1,
-got 0``); the checks that need two groups (a file source without ``files.train_path``) are the data module's.
+``PromptDataModule(source="jsonl", files=FileSettings(train_path="train.jsonl"), splits=SplitSettings(val_size=32),
+...)``; on the command line ``--data.files.train_path train.jsonl``, in YAML ``data: {files: {train_path: ...}}``. Each
+registered task adds the group of its own settings under its name (``--data.maze.rows 5``;
+:mod:`lit_fgrpo.tasks.registry`), so :func:`settings_groups` is the data module's groups and the tasks'. Each group
+refuses a wrong value on construction with one :class:`~lit_fgrpo.errors.ConfigError` naming the full flag
+(``--data.splits.num_train must be >= 1, got 0``); the checks that need two groups (a file source without
+``files.train_path``) are the data module's.
 
 Checkpoints written before the groups existed store the settings flat (``{"num_train": 300, "maze_rows": 4, ...}``
-in ``datamodule_hyper_parameters``); :func:`grouped_data_settings` maps them onto the groups (:data:`FLAT_NAMES`
-says where each old name lives now), and :func:`data_checkpoint_init_args` reads them from a checkpoint for
-``PromptDataModule.load_from_checkpoint``.
+in ``datamodule_hyper_parameters``); :func:`grouped_data_settings` maps them onto the groups (:func:`flat_names`
+says where each old name lives now, a task's from its registration), for ``PromptDataModule.load_from_checkpoint``
+and the resume check.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any, Literal, get_args
+from typing import Any
 
 from lit_fgrpo.data.records import NonStringAnswers, TooLongPolicy
 from lit_fgrpo.errors import ConfigError
-from lit_fgrpo.settings_mapping import group_flat_settings, saved_hparams
-from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
-from lit_fgrpo.tasks.maze import MazeConfig
+from lit_fgrpo.settings_mapping import (
+    check_choice,
+    check_int,
+    check_text,
+    group_flat_settings,
+)
+from lit_fgrpo.tasks.registry import registered_tasks, task_names
 
-Source = Literal["jsonl", "parquet", "disk", "maze", "reasoning_gym", "arithmetic"]
-"""Where prompts come from (``--data.source``)."""
 FILE_SOURCES = ("jsonl", "parquet", "disk")
 """The sources that read ``--data.files.*``."""
+GYM_SOURCE = "reasoning_gym"
+"""The source that generates a reasoning-gym dataset by name (``--data.reasoning_gym.*``)."""
 FLAG = "--data"
 """How the CLI names the data module's settings."""
-
-
-def check_int(flag: str, value: Any, minimum: int) -> None:
-    """Refuse a ``value`` that is not an int (a bool is not) or is below ``minimum``, naming ``flag``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{flag}: expected an int, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{flag} must be >= {minimum}, got {value}")
-
-
-def check_choice(flag: str, value: Any, choices: Any) -> None:
-    """Refuse a ``value`` that is not one of the ``Literal`` type ``choices``, naming ``flag``."""
-    if value not in get_args(choices):
-        raise ConfigError(f"{flag} must be one of {get_args(choices)}, got {value!r}")
-
-
-def check_text(flag: str, value: Any, optional: bool = False) -> None:
-    """Refuse a ``value`` that is not a non-empty string (or ``None`` when ``optional``), naming ``flag``."""
-    if value is None and optional:
-        return
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{flag} must be a non-empty string, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -82,36 +66,6 @@ class FileSettings:
 
 
 @dataclass(frozen=True)
-class MazeSettings:
-    """The ``maze`` source's mazes: size and prompt layout (:class:`~lit_fgrpo.tasks.maze.MazeConfig`)."""
-
-    rows: int = 4
-    """Maze cell rows (the token grid has 2 rows + 1)."""
-    cols: int = 4
-    """Maze cell columns (the token grid has 2 cols + 1)."""
-    newline_tokens: bool = True
-    """End every maze prompt row with a ``NEWLINE`` token."""
-    border_walls: bool = True
-    """Write the outer wall border in maze prompts."""
-
-    def __post_init__(self) -> None:
-        flag = f"{FLAG}.maze"
-        check_int(f"{flag}.rows", self.rows, 1)
-        check_int(f"{flag}.cols", self.cols, 1)
-        if self.rows * self.cols < 2:
-            raise ConfigError(f"{flag}.rows x cols must give at least two cells (a start and a goal), got 1x1")
-        for name in ("newline_tokens", "border_walls"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{flag}.{name}: expected true or false, got {getattr(self, name)!r}")
-
-    def config(self) -> MazeConfig:
-        """The task's :class:`~lit_fgrpo.tasks.maze.MazeConfig` of these settings."""
-        return MazeConfig(
-            rows=self.rows, cols=self.cols, newline_tokens=self.newline_tokens, border_walls=self.border_walls
-        )
-
-
-@dataclass(frozen=True)
 class ReasoningGymSettings:
     """The ``reasoning_gym`` source: a reasoning-gym dataset by name, generated offline."""
 
@@ -131,11 +85,11 @@ class SplitSettings:
     """How many prompts each split holds."""
 
     num_train: int = 1000
-    """Training mazes or arithmetic questions."""
+    """Training prompts of a task (generated: mazes, arithmetic questions)."""
     num_val: int = 100
-    """Validation mazes or arithmetic questions."""
+    """Validation prompts of a task."""
     num_test: int = 100
-    """Test mazes or arithmetic questions."""
+    """Test prompts of a task."""
     val_size: int = 64
     """Training rows held out for validation when ``files.val_path`` is unset, or reasoning-gym validation entries
     (0 = none)."""
@@ -195,29 +149,23 @@ class LoaderSettings:
         return self.val_batch_size if self.val_batch_size is not None else self.prompts_per_step
 
 
-GROUPS: dict[str, type] = {
+OWN_GROUPS: dict[str, type] = {
     "files": FileSettings,
-    "maze": MazeSettings,
-    "arithmetic": ArithmeticSettings,
     "reasoning_gym": ReasoningGymSettings,
     "splits": SplitSettings,
     "prompts": PromptSettings,
     "loader": LoaderSettings,
 }
-"""``PromptDataModule``'s settings groups by init argument name."""
+"""The data module's own settings groups by init argument name; each registered task adds one."""
 TOP_LEVEL = ("source", "seed", "tokenizer_path")
 """The data module's settings outside any group."""
-FLAT_NAMES: dict[str, tuple[str, str]] = {
+OWN_FLAT_NAMES: dict[str, tuple[str, str]] = {
     "train_path": ("files", "train_path"),
     "val_path": ("files", "val_path"),
     "test_path": ("files", "test_path"),
     "prompt_field": ("files", "prompt_field"),
     "answer_field": ("files", "answer_field"),
     "non_string_answers": ("files", "non_string_answers"),
-    "maze_rows": ("maze", "rows"),
-    "maze_cols": ("maze", "cols"),
-    "maze_newline_tokens": ("maze", "newline_tokens"),
-    "maze_border_walls": ("maze", "border_walls"),
     "reasoning_gym_name": ("reasoning_gym", "name"),
     "dataset_size": ("reasoning_gym", "dataset_size"),
     "num_train": ("splits", "num_train"),
@@ -231,16 +179,33 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "val_batch_size": ("loader", "val_batch_size"),
     "num_workers": ("loader", "num_workers"),
 }
-"""Where each setting that checkpoints written before the groups stored flat lives now: ``"maze_rows": ("maze",
-"rows")`` (``--data.maze.rows``)."""
+"""Where each of the data module's own settings that checkpoints written before the groups stored flat lives now:
+``"num_train": ("splits", "num_train")`` (``--data.splits.num_train``)."""
+
+
+def source_names() -> tuple[str, ...]:
+    """Every ``--data.source``: the file sources, the registered tasks (``maze``, ``arithmetic``) and reasoning-gym."""
+    return (*FILE_SOURCES, *task_names(), GYM_SOURCE)
+
+
+def settings_groups() -> dict[str, type]:
+    """Every settings group of ``PromptDataModule`` by init argument name: ``files``, one per registered task (its
+    name: its settings class), then ``reasoning_gym``, ``splits``, ``prompts`` and ``loader``."""
+    tasks = {task.name: task.settings for task in registered_tasks()}
+    return {"files": FileSettings} | tasks | {name: cls for name, cls in OWN_GROUPS.items() if name != "files"}
+
+
+def flat_names() -> dict[str, tuple[str, str]]:
+    """Where each setting that checkpoints written before the groups stored flat lives now: ``"maze_rows": ("maze",
+    "rows")`` (``--data.maze.rows``); a task's old names come from its registration."""
+    tasks = {old: (task.name, field) for task in registered_tasks() for old, field in task.flat_names.items()}
+    return OWN_FLAT_NAMES | tasks
 
 
 def new_flag(name: str) -> str | None:
     """The flag of an old flat setting now (``maze_rows`` -> ``--data.maze.rows``), or None for no such name."""
-    if name not in FLAT_NAMES:
-        return None
-    group, field = FLAT_NAMES[name]
-    return f"{FLAG}.{group}.{field}"
+    found = flat_names().get(name)
+    return None if found is None else f"{FLAG}.{found[0]}.{found[1]}"
 
 
 def grouped_data_settings(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,41 +219,23 @@ def grouped_data_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: For a flat name that is no setting of the data module (nor of an earlier version).
     """
-    return group_flat_settings(values, GROUPS, FLAT_NAMES, TOP_LEVEL, FLAG, "PromptDataModule")
-
-
-def is_flat(values: Mapping[str, Any]) -> bool:
-    """Whether ``values`` name a setting flat (``num_train``) rather than in its group (``splits.num_train``)."""
-    return any(key in FLAT_NAMES for key in values)
-
-
-def data_checkpoint_init_args(checkpoint_path: str | Path | IO[bytes]) -> dict[str, Any]:
-    """The grouped init arguments of a checkpoint whose data settings are flat (``{}`` for a grouped one).
-
-    A file is memory-mapped, so that only the hyperparameters are read. The result also clears LightningCLI's
-    ``_instantiator``: its parser would refuse the flat names.
-    """
-    saved = saved_hparams(checkpoint_path, "datamodule_hyper_parameters")
-    if not is_flat(saved):
-        return {}
-    return grouped_data_settings(saved) | {"_instantiator": None}
+    return group_flat_settings(values, settings_groups(), flat_names(), TOP_LEVEL, FLAG, "PromptDataModule")
 
 
 __all__ = [
     "FILE_SOURCES",
-    "FLAT_NAMES",
-    "GROUPS",
+    "GYM_SOURCE",
+    "OWN_FLAT_NAMES",
+    "OWN_GROUPS",
     "TOP_LEVEL",
-    "ArithmeticSettings",
     "FileSettings",
     "LoaderSettings",
-    "MazeSettings",
     "PromptSettings",
     "ReasoningGymSettings",
-    "Source",
     "SplitSettings",
-    "data_checkpoint_init_args",
+    "flat_names",
     "grouped_data_settings",
-    "is_flat",
     "new_flag",
+    "settings_groups",
+    "source_names",
 ]

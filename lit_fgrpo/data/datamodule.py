@@ -1,11 +1,11 @@
-"""``PromptDataModule``: prompts for RL rollouts from files, ``datasets`` folders, the maze task or reasoning-gym."""
+"""``PromptDataModule``: prompts for RL rollouts from files, ``datasets`` folders, reasoning-gym or a registered task."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, get_args
+from typing import IO, Any
 
 import lightning as L
 import torch
@@ -15,31 +15,22 @@ from typing_extensions import Self
 from lit_fgrpo.data.data_settings import (
     FILE_SOURCES,
     FLAG,
-    GROUPS,
+    GYM_SOURCE,
     FileSettings,
     LoaderSettings,
-    MazeSettings,
     PromptSettings,
     ReasoningGymSettings,
-    Source,
     SplitSettings,
-    data_checkpoint_init_args,
+    grouped_data_settings,
+    source_names,
 )
 from lit_fgrpo.data.records import PromptRecord, SourceExample, render_records
-from lit_fgrpo.data.sources import (
-    read_arithmetic_splits,
-    read_disk_dataset,
-    read_jsonl,
-    read_maze_splits,
-    read_parquet,
-    read_reasoning_gym,
-)
+from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet, read_reasoning_gym, read_task_splits
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.rank_layout import per_rank_share
 from lit_fgrpo.errors import ConfigError, DataError
-from lit_fgrpo.models.policy import BUILTIN_MAZE_TOKENIZER, load_tokenizer
-from lit_fgrpo.settings_mapping import settings_from
-from lit_fgrpo.tasks.arithmetic import ArithmeticSettings
+from lit_fgrpo.settings_mapping import read_checkpoint, settings_from
+from lit_fgrpo.tasks.registry import default_task, find_task, is_builtin_tokenizer, load_tokenizer, registered_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +41,25 @@ PROMPTS_PER_STEP = f"{FLAG}.loader.prompts_per_step"
 def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
     """Collate function: a batch is the list of records, unchanged."""
     return batch
+
+
+def tasks_settings(given: dict[str, Any]) -> dict[str, Any]:
+    """Every registered task's settings: ``given[name]`` (an instance or a mapping of its fields), else the defaults.
+
+    Raises:
+        ConfigError: For a name that is no registered task (``--data.<name> is not a setting ...``), or a bad value.
+    """
+    tasks = registered_tasks()
+    for name in given:
+        if name not in {task.name for task in tasks}:
+            raise ConfigError(
+                f"{FLAG}.{name} is not a setting of PromptDataModule (nor a registered task: "
+                f"{', '.join(task.name for task in tasks)})"
+            )
+    return {
+        task.name: settings_from(task.settings, given.get(task.name, task.settings()), f"{FLAG}.{task.name}")
+        for task in tasks
+    }
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -71,50 +81,45 @@ class PromptDataModule(L.LightningDataModule):
 
     Args:
         source: Where prompts come from: ``jsonl`` / ``parquet`` files, ``disk`` (a ``datasets`` folder from
-            ``save_to_disk``), ``maze`` (generated mazes), ``reasoning_gym`` (a dataset by name) or ``arithmetic``
-            (generated sums for a small instruct model, :mod:`lit_fgrpo.tasks.arithmetic`).
+            ``save_to_disk``), ``reasoning_gym`` (a dataset by name), or a registered task by its name (``maze``,
+            ``arithmetic``: :mod:`lit_fgrpo.tasks.registry`); by default the default task (the maze).
         files: The file sources' paths and fields (``--data.files.*``; :class:`~lit_fgrpo.data.data_settings.FileSettings`).
-        maze: The maze source's size and prompt layout (``--data.maze.*``;
-            :class:`~lit_fgrpo.data.data_settings.MazeSettings`).
-        arithmetic: The arithmetic source's questions: operand range, operators, terms, instruction
-            (``--data.arithmetic.*``; :class:`~lit_fgrpo.tasks.arithmetic.ArithmeticSettings`).
         reasoning_gym: The reasoning-gym dataset name and size (``--data.reasoning_gym.*``;
             :class:`~lit_fgrpo.data.data_settings.ReasoningGymSettings`).
-        splits: Prompts per split: generated training, validation and test prompts, held-out validation rows
+        splits: Prompts per split: a task's training, validation and test prompts, held-out validation rows
             (``--data.splits.*``; :class:`~lit_fgrpo.data.data_settings.SplitSettings`).
         prompts: System message, length limit and what to do with longer prompts (``--data.prompts.*``;
             :class:`~lit_fgrpo.data.data_settings.PromptSettings`).
         loader: Global prompts per training step and per evaluation batch, dataloader workers
             (``--data.loader.*``; :class:`~lit_fgrpo.data.data_settings.LoaderSettings`).
-        seed: Seed for shuffling, held-out validation rows, mazes, arithmetic questions and reasoning-gym generation.
-        tokenizer_path: Tokenizer to load with ``AutoTokenizer``; else use ``set_tokenizer`` (the maze source falls
-            back to the maze word tokenizer). On the command line it is the policy's (``--model.policy.tokenizer``,
-            else ``--model.policy.model``).
+        seed: Seed for shuffling, held-out validation rows, the task's prompts and reasoning-gym generation.
+        tokenizer_path: Tokenizer to load: a folder, or a task's own (``builtin:maze``); else use ``set_tokenizer``
+            (a task with a tokenizer of its own falls back to it). On the command line it is the policy's
+            (``--model.policy.tokenizer``, else ``--model.policy.model``).
+        **task_settings: Each registered task's settings under its name (``maze=MazeConfig(rows=5)``); a task not
+            given keeps its defaults. The CLI adds one group per registered task (``--data.maze.rows 5``).
 
     Each group may also be given as a mapping of its fields (as checkpoints store them).
     """
 
     def __init__(
         self,
-        source: Source = "maze",
+        source: str | None = None,
         files: FileSettings = FileSettings(),
-        maze: MazeSettings = MazeSettings(),
-        arithmetic: ArithmeticSettings = ArithmeticSettings(),
         reasoning_gym: ReasoningGymSettings = ReasoningGymSettings(),
         splits: SplitSettings = SplitSettings(),
         prompts: PromptSettings = PromptSettings(),
         loader: LoaderSettings = LoaderSettings(),
         seed: int = 0,
         tokenizer_path: str | None = None,
+        **task_settings: Any,
     ) -> None:
         super().__init__()
-        self.source: Source = source
+        self.source: str = default_task().name if source is None else source
         self.files = settings_from(FileSettings, files, f"{FLAG}.files")
         """The file sources' paths and fields (``--data.files.*``)."""
-        self.maze = settings_from(MazeSettings, maze, f"{FLAG}.maze")
-        """The maze source's size and layout (``--data.maze.*``)."""
-        self.arithmetic = settings_from(ArithmeticSettings, arithmetic, f"{FLAG}.arithmetic")
-        """The arithmetic source's questions (``--data.arithmetic.*``)."""
+        self.task_settings: dict[str, Any] = tasks_settings(task_settings)
+        """Every registered task's settings by task name (``--data.<task>.*``)."""
         self.reasoning_gym = settings_from(ReasoningGymSettings, reasoning_gym, f"{FLAG}.reasoning_gym")
         """The reasoning-gym dataset (``--data.reasoning_gym.*``)."""
         self.split_settings = settings_from(SplitSettings, splits, f"{FLAG}.splits")
@@ -126,13 +131,17 @@ class PromptDataModule(L.LightningDataModule):
         self.seed, self.tokenizer_path = seed, tokenizer_path
         self._validate_args()
         self.save_hyperparameters()
-        # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a
-        # frozen dataclass (as FGRPOModule's groups). Saved again so that hparams_initial holds the dicts too.
-        groups: tuple[Any, ...] = (self.files, self.maze, self.arithmetic, self.reasoning_gym, self.split_settings,
-                                   self.prompts, self.loader)  # fmt: skip
-        self.save_hyperparameters(
-            dict(self.hparams) | {name: dataclasses.asdict(group) for name, group in zip(GROUPS, groups)}
+        # Plain dicts in the hyperparameters: checkpoints load with weights_only=True, and loggers cannot log a frozen
+        # dataclass (as FGRPOModule's groups). Saved again so that hparams_initial holds the dicts too; what else the
+        # first save holds (LightningCLI's _instantiator) is kept.
+        groups = {"files": self.files, **self.task_settings, "reasoning_gym": self.reasoning_gym,
+                  "splits": self.split_settings, "prompts": self.prompts, "loader": self.loader}  # fmt: skip
+        settings = (
+            {"source": self.source}
+            | {name: dataclasses.asdict(group) for name, group in groups.items()}
+            | {"seed": seed, "tokenizer_path": tokenizer_path}
         )
+        self.save_hyperparameters(settings | {k: v for k, v in self.hparams.items() if k not in settings})
         self.tokenizer: Any = None
         self.splits: dict[str, list[PromptRecord]] = {}
         """Rendered records per split (``train``, ``val``, ``test``), filled by :meth:`setup`."""
@@ -141,16 +150,28 @@ class PromptDataModule(L.LightningDataModule):
         self._drawn_prompts = 0  # this rank's cursor of draw_prompts (dynamic sampling), in records
 
     @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Self:  # type: ignore[override]
-        """Lightning's loader; a checkpoint with the flat data settings of before the groups is migrated first."""
-        kwargs = data_checkpoint_init_args(checkpoint_path) | kwargs
-        return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[no-any-return]
+    def load_from_checkpoint(  # type: ignore[override]
+        cls, checkpoint_path: str | Path | IO[bytes], **kwargs: Any
+    ) -> Self:
+        """The data module a checkpoint was saved with, at its resume point; ``kwargs`` replace its settings.
+
+        Lightning's own loader hands every saved setting to ``__init__`` (which takes the tasks' groups by name, so it
+        would not filter them) or to LightningCLI's instantiator (which does not know the tasks' groups); here the
+        saved settings are grouped first (:func:`~lit_fgrpo.data.data_settings.grouped_data_settings`: the flat ones
+        of a checkpoint from before the groups too; Lightning's ``_instantiator`` and ``_class_path`` dropped).
+        """
+        checkpoint = read_checkpoint(checkpoint_path)
+        settings = grouped_data_settings(checkpoint.get(cls.CHECKPOINT_HYPER_PARAMS_KEY, {}))
+        datamodule = cls(**(settings | kwargs))
+        if cls.__qualname__ in checkpoint:  # the stream's position, as Lightning's loader restores it
+            datamodule.load_state_dict(checkpoint[cls.__qualname__])
+        return datamodule
 
     def _validate_args(self) -> None:
         """The checks across groups (each group checked its own values); one line naming the full flag."""
         source = self.source
-        if source not in get_args(Source):
-            raise ConfigError(f"{FLAG}.source must be one of {get_args(Source)}, got {source!r}")
+        if source not in source_names():
+            raise ConfigError(f"{FLAG}.source must be one of {source_names()}, got {source!r}")
         if source in FILE_SOURCES:
             if self.files.train_path is None:
                 raise ConfigError(f"{FLAG}.files.train_path is required with {FLAG}.source {source}")
@@ -158,16 +179,13 @@ class PromptDataModule(L.LightningDataModule):
                 path = getattr(self.files, name)
                 if path is not None and not Path(path).exists():
                     raise DataError(f"{FLAG}.files.{name} does not exist: {path}")
-        if source == "reasoning_gym" and not self.reasoning_gym.name:
-            raise ConfigError(f"{FLAG}.reasoning_gym.name is required with {FLAG}.source reasoning_gym")
+        if source == GYM_SOURCE and not self.reasoning_gym.name:
+            raise ConfigError(f"{FLAG}.reasoning_gym.name is required with {FLAG}.source {GYM_SOURCE}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError(f"{FLAG}.seed: expected an int, got {self.seed!r}")
-        if (
-            self.tokenizer_path is not None
-            and self.tokenizer_path != BUILTIN_MAZE_TOKENIZER
-            and not Path(self.tokenizer_path).exists()
-        ):
-            raise DataError(f"{FLAG}.tokenizer_path does not exist: {self.tokenizer_path}")
+        path = self.tokenizer_path
+        if path is not None and not is_builtin_tokenizer(path) and not Path(path).exists():
+            raise DataError(f"{FLAG}.tokenizer_path does not exist: {path}")
 
     def set_tokenizer(self, tokenizer: Any) -> None:
         """Use this tokenizer (normally the policy's) to render and tokenize prompts; re-renders on a change."""
@@ -178,11 +196,9 @@ class PromptDataModule(L.LightningDataModule):
     def _resolve_tokenizer(self) -> Any:
         if self.tokenizer is None and self.tokenizer_path is not None:
             self.tokenizer = load_tokenizer(self.tokenizer_path)
-        if self.tokenizer is None and self.source == "maze":
-            from lit_fgrpo.tasks.maze import MAZE_VOCAB
-            from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
-
-            self.tokenizer = build_word_tokenizer(MAZE_VOCAB)
+        task = find_task(self.source)
+        if self.tokenizer is None and task is not None and task.tokenizer is not None:
+            self.tokenizer = task.tokenizer()  # a task with a vocabulary of its own (the maze's words)
         if self.tokenizer is None:
             raise DataError(
                 "PromptDataModule needs a tokenizer: on the command line it is the policy's "
@@ -206,11 +222,10 @@ class PromptDataModule(L.LightningDataModule):
 
     def _read_splits(self) -> dict[str, list[SourceExample]]:
         sizes = self.split_settings
-        if self.source == "maze":
-            return read_maze_splits(self.maze.config(), sizes.num_train, sizes.num_val, sizes.num_test, self.seed)
-        if self.source == "arithmetic":
-            return read_arithmetic_splits(self.arithmetic, sizes.num_train, sizes.num_val, sizes.num_test, self.seed)
-        if self.source == "reasoning_gym":
+        if self.source in self.task_settings:
+            settings = self.task_settings[self.source]
+            return read_task_splits(self.source, settings, sizes.num_train, sizes.num_val, sizes.num_test, self.seed)
+        if self.source == GYM_SOURCE:
             gym = self.reasoning_gym
             assert gym.name is not None
             examples = read_reasoning_gym(gym.name, self.seed, gym.dataset_size + sizes.val_size)
@@ -242,9 +257,10 @@ class PromptDataModule(L.LightningDataModule):
         if self.splits:
             return
         tokenizer = self._resolve_tokenizer()
-        origin = {"reasoning_gym": self.reasoning_gym.name, "arithmetic": "generated"}.get(
-            self.source, self.files.train_path
-        )
+        if self.source in self.task_settings:
+            origin: str | None = "generated"
+        else:
+            origin = self.reasoning_gym.name if self.source == GYM_SOURCE else self.files.train_path
         for name, examples in self._read_splits().items():
             if examples:
                 self.splits[name] = render_records(

@@ -1,6 +1,6 @@
 """Prompt records: a source's raw rows (:class:`SourceExample`) rendered into what the policy sees.
 
-The readers (:mod:`lit_fgrpo.data.sources`: JSONL, Parquet, ``datasets`` folders, reasoning-gym, the maze task)
+The readers (:mod:`lit_fgrpo.data.sources`: JSONL, Parquet, ``datasets`` folders, reasoning-gym, the tasks)
 return :class:`SourceExample` rows (the raw question plus answer and extra columns); :func:`render_records` turns
 them into :class:`PromptRecord` rows with the prompt text the policy sees and its token ids.
 """
@@ -59,6 +59,18 @@ class PromptRecord:
     position: int | None = None
     """Global position in the stream that served it (set by :class:`~lit_fgrpo.data.streaming.PromptStream`; the
     same on any rank layout), from which the sampling seed derives; ``None`` outside a stream."""
+    messages: list[dict[str, str]] | None = None
+    """The chat messages ``prompt`` was rendered from (system prompt included), when a chat template rendered it
+    whole; ``None`` for plain text and left-truncated prompts. Multi-turn episodes continue the conversation
+    (:mod:`lit_fgrpo.environments`)."""
+
+
+def prompt_messages(question: Question, system_prompt: str | None = None) -> list[dict[str, str]]:
+    """A question as chat messages, with the system prompt first unless the question brings its own."""
+    messages = [{"role": "user", "content": question}] if isinstance(question, str) else [dict(m) for m in question]
+    if system_prompt and not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
 
 
 def render_prompt(tokenizer: Any, question: Question, system_prompt: str | None = None) -> str:
@@ -66,9 +78,7 @@ def render_prompt(tokenizer: Any, question: Question, system_prompt: str | None 
 
     Without a template the system prompt and the message contents are joined by blank lines.
     """
-    messages = [{"role": "user", "content": question}] if isinstance(question, str) else list(question)
-    if system_prompt and not any(m.get("role") == "system" for m in messages):
-        messages.insert(0, {"role": "system", "content": system_prompt})
+    messages = prompt_messages(question, system_prompt)
     if getattr(tokenizer, "chat_template", None):
         return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
     return "\n\n".join(str(m["content"]) for m in messages)
@@ -114,6 +124,7 @@ def render_records(
     records: list[PromptRecord] = []
     num_too_long = 0
     for example, text, ids in zip(examples, texts, token_ids):
+        messages = prompt_messages(example.question, system_prompt) if templated else None
         if len(ids) > max_prompt_length:
             num_too_long += 1
             if too_long == "error":
@@ -125,7 +136,10 @@ def render_records(
                 continue
             ids = ids[-max_prompt_length:]
             text = tokenizer.decode(ids, skip_special_tokens=False)
-        records.append(PromptRecord(prompt=text, prompt_ids=ids, columns=example.columns, index=example.index))
+            messages = None  # the ids no longer render these messages
+        records.append(
+            PromptRecord(prompt=text, prompt_ids=ids, columns=example.columns, index=example.index, messages=messages)
+        )
     if num_too_long:
         action = "skipped" if too_long == "skip" else "left-truncated"
         log.warning(

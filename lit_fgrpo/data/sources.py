@@ -1,4 +1,4 @@
-"""Prompt sources: JSONL, Parquet, ``datasets`` folders, reasoning-gym and the maze task, read as
+"""Prompt sources: JSONL, Parquet, ``datasets`` folders, reasoning-gym and the registered tasks, read as
 :class:`~lit_fgrpo.data.records.SourceExample` rows.
 
 Every reader error names the source (file and 1-based line or row) and the problem, and an empty source is an error.
@@ -14,6 +14,7 @@ from typing import Any
 
 from lit_fgrpo.data.records import NonStringAnswers, SourceExample
 from lit_fgrpo.errors import DataError
+from lit_fgrpo.tasks.registry import get_task
 
 log = logging.getLogger(__name__)
 
@@ -262,57 +263,21 @@ def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
     return _nonempty(examples, f"reasoning_gym:{name}")
 
 
-def read_maze_splits(
-    config: Any, num_train: int, num_val: int, num_test: int, seed: int
+def read_task_splits(
+    name: str, settings: Any, num_train: int, num_val: int, num_test: int, seed: int
 ) -> dict[str, list[SourceExample]]:
-    """Draw disjoint train/val/test mazes; the question is the prompt words, ``answer`` the target words.
+    """Draw a registered task's disjoint train/val/test prompts (:mod:`lit_fgrpo.tasks.registry`).
 
     Args:
-        config: A :class:`lit_fgrpo.tasks.maze.MazeConfig`.
-        num_train: Training mazes.
-        num_val: Validation mazes.
-        num_test: Test mazes.
-        seed: Seed of the maze generator.
+        name: The task's name (``--data.source``).
+        settings: The task's settings (``--data.<name>``).
+        num_train: Training prompts.
+        num_val: Validation prompts.
+        num_test: Test prompts.
+        seed: Seed of the task's generator.
     """
-    from lit_fgrpo.tasks.maze import make_maze_splits, maze_prompt_tokens, maze_target_tokens
-
-    splits = make_maze_splits(config, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed)
+    splits = get_task(name).splits(settings, num_train, num_val, num_test, seed)
     return {
-        name: [
-            SourceExample(
-                question=" ".join(maze_prompt_tokens(maze)),
-                columns={"answer": " ".join(maze_target_tokens(maze))},
-                index=i,
-            )
-            for i, maze in enumerate(mazes)
-        ]
-        for name, mazes in splits.items()
-    }
-
-
-def read_arithmetic_splits(
-    settings: Any, num_train: int, num_val: int, num_test: int, seed: int
-) -> dict[str, list[SourceExample]]:
-    """Disjoint train/val/test arithmetic questions; ``answer`` is the integer result as text.
-
-    Args:
-        settings: A :class:`lit_fgrpo.tasks.arithmetic.ArithmeticSettings`.
-        num_train: Training questions.
-        num_val: Validation questions.
-        num_test: Test questions.
-        seed: Seed of the generator.
-    """
-    from lit_fgrpo.tasks.arithmetic import make_arithmetic_splits
-
-    splits = make_arithmetic_splits(settings, num_train=num_train, num_val=num_val, num_test=num_test, seed=seed)
-    return {
-        name: [
-            SourceExample(
-                question=question.text(settings.instruction),
-                columns={"answer": str(question.answer), "expression": question.expression},
-                index=i,
-            )
-            for i, question in enumerate(questions)
-        ]
-        for name, questions in splits.items()
+        split: [SourceExample(question=p.question, columns=dict(p.columns), index=i) for i, p in enumerate(prompts)]
+        for split, prompts in splits.items()
     }

@@ -1,4 +1,5 @@
-"""The collectives the library makes: cross-rank reductions of logged statistics, and failing together.
+"""The collectives the library makes: cross-rank reductions of logged statistics, failing together, and the
+process-group handle of the training update.
 
 Reductions: the same numbers on 1 rank or 16. A per-rank mean of a per-rank mean is not the global mean when ranks hold different counts (tokens, valid
 rewards); reduce sums and counts, then divide. Without an initialised process group these are plain local values.
@@ -12,17 +13,27 @@ first failing rank's message is broadcast and every rank raises. The failing ran
 (traceback intact); the others raise :class:`RankFailure` carrying that message.
 
 Every rank must enter the same ``fail_together`` blocks in the same order (they are collectives).
+
+The update's handle: :class:`~lit_fgrpo.training.update.PolicyUpdate` knows no process group; it makes every one of
+its collectives (the token count's sum, the busiest rank's micro-batch count, the non-finite verdict, the logged
+statistics' gather) through a :class:`Collectives`. :class:`TorchCollectives` uses the default process group (one
+process when there is none); :class:`LightningCollectives` sums through a Trainer's strategy. Both take the max and
+the gather from this module on the default group, the group of every Lightning strategy (a strategy has no object
+gather).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
+
+if TYPE_CHECKING:
+    import lightning as L
 
 
 def global_sum(value: Tensor) -> Tensor:
@@ -158,3 +169,61 @@ def check_finite(value: torch.Tensor, what: str) -> None:
     with fail_together(what):
         if not bool(torch.isfinite(value.detach()).all()):
             raise FloatingPointError(f"{what} is not finite: {value.detach().flatten()[:4].tolist()}")
+
+
+@runtime_checkable
+class Collectives(Protocol):
+    """The cross-rank calls of the training update; every rank makes the same ones in the same order."""
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks (1 in one process)."""
+        ...
+
+    def sum(self, value: Tensor) -> Tensor:
+        """``value`` summed over ranks (an all-reduce)."""
+        ...
+
+    def max(self, value: int) -> int:
+        """The largest ``value`` over ranks (an all-reduce)."""
+        ...
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (small and picklable), in rank order; ``[obj]`` in one process."""
+        ...
+
+
+class TorchCollectives:
+    """:class:`Collectives` of the default ``torch.distributed`` process group (world 1 when none is set up)."""
+
+    @property
+    def world_size(self) -> int:
+        initialized = dist.is_available() and dist.is_initialized()
+        return dist.get_world_size() if initialized else 1
+
+    def sum(self, value: Tensor) -> Tensor:
+        return global_sum(value).to(value.dtype)
+
+    max = staticmethod(global_max)
+    gather = staticmethod(gather_objects)
+
+
+class LightningCollectives:
+    """:class:`Collectives` of a Trainer's strategy (DDP, FSDP, any launcher); world 1 without a Trainer.
+
+    Args:
+        trainer: the Trainer whose strategy sums; its world size is read once, here (it is set before any hook).
+    """
+
+    def __init__(self, trainer: L.Trainer | None) -> None:
+        self.trainer = trainer
+        self.world_size = trainer.world_size if trainer is not None else 1
+
+    def sum(self, value: Tensor) -> Tensor:
+        assert self.trainer is not None, "a sum over ranks needs the Trainer's strategy"
+        # on the strategy's device: NCCL reduces CUDA tensors only
+        summed = self.trainer.strategy.reduce(value.to(self.trainer.strategy.root_device), reduce_op="sum")
+        return summed.to(value.device)
+
+    max = staticmethod(global_max)
+    gather = staticmethod(gather_objects)

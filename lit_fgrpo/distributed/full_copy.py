@@ -3,7 +3,7 @@
 Under FSDP2 every forward of the policy is a collective (each layer all-gathers its shards), so a rank cannot
 generate with it on its own: rollout lengths differ between ranks and the ranks' forwards would stop lining up.
 The colocated HF engine therefore samples with a plain copy (:class:`~lit_fgrpo.engines.hf_gathered.GatheredHFEngine`),
-and ``save_pretrained`` writes one (:func:`save_sharded_policy`). Both fill it with
+and ``save_pretrained`` writes one (:func:`lit_fgrpo.models.policy.save_sharded_policy`). Both fill it with
 :func:`~lit_fgrpo.distributed.weight_gather.iter_full_weights`: each tensor is all-gathered, copied into the copy's
 own parameter and dropped before the next one is gathered, so besides the copy at most one gathered tensor exists.
 With LoRA the copy is the base architecture and receives the merged weights.
@@ -13,7 +13,6 @@ Every rank must call :func:`load_full_weights` (each gather is a collective); ra
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -78,17 +77,3 @@ def load_full_weights(target: nn.Module | None, policy: nn.Module) -> int:
         slots[name].copy_(tensor)
         copied += 1
     return copied
-
-
-def save_sharded_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, write: bool) -> Path:
-    """``save_pretrained`` for a sharded policy: every rank gathers, the ``write`` rank saves a normal HF folder.
-
-    The writing rank holds one whole copy on the CPU (what the folder will contain); LoRA is merged.
-    """
-    from lit_fgrpo.models.policy import save_policy
-
-    copy = unsharded_copy(policy, torch.device("cpu")) if write else None
-    load_full_weights(copy, policy)
-    if copy is not None:
-        save_policy(copy, tokenizer, directory)
-    return Path(directory)

@@ -92,3 +92,8 @@ def prompt_seed(base_seed: int, position: int, step: int, stream: int = 0) -> in
     for value in (stream, position, step):
         x = _splitmix64(x ^ (value & _MASK64))
     return x >> (64 - SEED_BITS)
+
+
+def prompt_seeds(base_seed: int, positions: list[int], step: int, stream: int = 0) -> list[int]:
+    """:func:`prompt_seed` of each of a batch's prompt ``positions``, in order."""
+    return [prompt_seed(base_seed, position, step, stream) for position in positions]

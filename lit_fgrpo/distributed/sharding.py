@@ -116,13 +116,3 @@ def shard_policy(policy: nn.Module, mesh: Any, settings: ShardingSettings | None
         fully_shard(layer, **kwargs)
     fully_shard(policy, **kwargs)
     return policy
-
-
-def local_shard_numel(model: nn.Module) -> tuple[int, int]:
-    """(elements of this rank's shards, elements of the full parameters) over ``model``'s unique parameters."""
-    local = full = 0
-    for param in model.parameters():
-        to_local = getattr(param, "to_local", None)
-        local += to_local().numel() if callable(to_local) else param.numel()
-        full += param.numel()
-    return local, full

@@ -70,6 +70,12 @@ class RolloutEngine(ABC):
     no-ops, so an engine that holds no accelerator memory of its own (HF ``generate``) need not define them.
     """
 
+    has_own_weights: bool = True
+    """Whether the engine samples from weights of its own, which only :meth:`sync_weights` changes. False for an
+    engine that samples with the trainer's policy module itself (:class:`~lit_fgrpo.engines.hf.HFEngine`): the
+    optimizer would change its weights in the middle of a generation (no asynchronous rollouts), and a push has
+    nothing to move or check (the engine's log-probs are the trainer's)."""
+
     @abstractmethod
     def generate(
         self, prompt_ids: list[list[int]], sampling: SamplingConfig, seeds: Sequence[int] | None = None

@@ -68,6 +68,8 @@ class HFEngine(RolloutEngine):
             False always uses ``model.generate``. Both give a row the same tokens up to float rounding.
     """
 
+    has_own_weights = False  # it samples with the trainer's policy module itself
+
     def __init__(
         self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512, own_loop: bool = True
     ) -> None:

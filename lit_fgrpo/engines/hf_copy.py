@@ -32,6 +32,8 @@ class HFCopyEngine(RolloutEngine):
         chunk_size: most rows per ``generate`` / forward call.
     """
 
+    has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
+
     def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512) -> None:
         copied = copy.deepcopy(model).eval()
         copied.requires_grad_(False)

@@ -1,7 +1,7 @@
 """``GatheredHFEngine``: the colocated HF engine of a sharded (FSDP2) policy, on a whole copy of its weights.
 
 A sharded policy cannot sample on one rank alone (each of its forwards all-gathers with the other ranks), so
-:func:`~lit_fgrpo.engines.select.build_engine` gives a sharded policy this engine for ``hf`` and ``hf_copy``. It holds
+:func:`~lit_fgrpo.rollout.engine_select.build_engine` gives a sharded policy this engine for ``hf`` and ``hf_copy``. It holds
 an unsharded copy (the engine's memory, as vLLM holds its own weights) and :meth:`sync_weights` streams the full
 weights into it one tensor at a time (:func:`~lit_fgrpo.distributed.full_copy.load_full_weights`): every rank
 gathers each tensor, copies it into its copy and drops it before the next, so no rank holds a second full copy.
@@ -30,6 +30,8 @@ class GatheredHFEngine(RolloutEngine):
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
     """
+
+    has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
 
     def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512) -> None:
         self._inner = HFEngine(unsharded_copy(model), pad_token_id, eos_token_id, chunk_size)

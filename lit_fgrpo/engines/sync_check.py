@@ -1,7 +1,8 @@
-"""The weight-sync check: after a push, the engine's log-probs of a few completions must equal the trainer's.
+"""The weight-sync check's comparison and its one tolerance rule: after a push, the engine's log-probs of a few
+completions must equal the trainer's.
 
-Pure tensor code shared by every engine (``RolloutEngine.check_sync``, the vLLM engine, the server engine and its
-ranks); the trainer's side of the comparison comes from :func:`~lit_fgrpo.engines.trainer_logprobs.policy_logprobs`.
+Pure tensor code shared by every engine (``RolloutEngine.check_sync``, the server engine and its ranks); the check
+itself, with the trainer's side of the comparison, is :func:`~lit_fgrpo.engines.trainer_logprobs.check_policy_sync`.
 """
 
 from __future__ import annotations

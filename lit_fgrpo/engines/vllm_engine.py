@@ -1,12 +1,9 @@
 """A colocated vLLM engine behind the :class:`~lit_fgrpo.engines.base.RolloutEngine` interface.
 
 The engine holds its own copy of the policy. After every optimiser step the trainer pushes its weights
-(:meth:`VLLMEngine.sync_weights`) and can check them cheaply (:meth:`VLLMEngine.verify_sync`):
-
-.. math::
-    δ = \\max_{b,t} \\left| ℓp_{engine}[b, t] - ℓp_{trainer}[b, t] \\right|
-
-on a fixed probe of forced tokens; ``δ > tolerance`` raises :class:`WeightSyncError`.
+(:meth:`VLLMEngine.sync_weights`); the weight-sync check every engine shares
+(:func:`~lit_fgrpo.engines.trainer_logprobs.check_policy_sync`) then compares its :meth:`VLLMEngine.score` with the
+trainer's log-probs on a few forced rows and raises :class:`WeightSyncError` beyond its tolerance.
 
 Sampling log-probs are vLLM's ``processed_logprobs``: ``log_softmax(z / τ)`` of the sampled token when
 top-k / top-p are off (the trainer's definition); with top-k / top-p on they are the log-probs of the
@@ -30,10 +27,10 @@ from torch import nn
 from lit_fgrpo.distributed.weight_gather import is_sharded, iter_full_weights
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.cpu_split import CpuSplit
-from lit_fgrpo.engines.sync_check import WeightSyncError, check_logprob_gap
-from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
+from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION, merged_lora, policy_state_dict, state_dict_to_blob
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.reporting.library_noise import VLLM, hide
 
 _GIB = 1 << 30
 
@@ -98,6 +95,8 @@ class VLLMEngine(RolloutEngine):
         **llm_kwargs: anything else for ``vllm.LLM`` (e.g. ``enforce_eager``, ``compilation_config``).
     """
 
+    has_own_weights = True  # vLLM holds its own copy, changed only by sync_weights
+
     def __init__(
         self,
         model_path: str | os.PathLike[str],
@@ -150,11 +149,13 @@ class VLLMEngine(RolloutEngine):
         else:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
         kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+        kwargs["use_tqdm_on_load"] = False  # a bar per (re)start, around lines that are the run's own
         kwargs.update(llm_kwargs)
         self.sleep_enabled = bool(kwargs.get("enable_sleep_mode", False)) and not cpu
         self._sleeping = False
         threads, set_num_threads = torch.get_num_threads(), torch.set_num_threads
         ignore_kernel_scan_warnings()
+        hide(VLLM)  # vLLM's harmless start and reload messages (reporting/library_noise.py); the others show
         with self.cpu_split.starting() if self.cpu_split is not None else nullcontext():
             self.llm = LLM(str(model_path), **kwargs)
         if self.cpu_split is not None:
@@ -312,39 +313,6 @@ class VLLMEngine(RolloutEngine):
             return
         with merged_lora(model):
             self.push_state_dict(policy_state_dict(model))
-
-    def verify_sync(
-        self,
-        model: nn.Module,
-        probe_prompt_ids: list[list[int]] | None = None,
-        probe_completion_ids: list[list[int]] | None = None,
-        tolerance: float | None = None,
-    ) -> float:
-        """Max |log-prob gap| between engine and trainer on a fixed probe; raises beyond ``tolerance``.
-
-        Args:
-            model: the trainer's policy.
-            probe_prompt_ids: probe prompts; ``None`` = 2 fixed pseudo-random rows of 16 tokens.
-            probe_completion_ids: forced completions; ``None`` = 2 fixed rows of 16 tokens.
-            tolerance: ``None`` = 1e-3 for a float32 engine, 0.25 otherwise (bf16 kernels differ).
-
-        Returns:
-            ``δ = max |ℓp_engine - ℓp_trainer|`` over the probe's completion tokens.
-
-        Raises:
-            WeightSyncError: when ``δ > tolerance`` (stale or partially loaded weights).
-        """
-        if probe_prompt_ids is None or probe_completion_ids is None:
-            policy: Any = model
-            base: Any = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-            g = torch.Generator().manual_seed(0)
-            ids = torch.randint(0, int(base.config.vocab_size), (2, 32), generator=g).tolist()  # (2, 32)
-            probe_prompt_ids, probe_completion_ids = [r[:16] for r in ids], [r[16:] for r in ids]
-        if tolerance is None:
-            tolerance = 1e-3 if self.dtype == "float32" else 0.25
-        engine_lp = self.score(probe_prompt_ids, probe_completion_ids)
-        trainer_lp = policy_logprobs(model, probe_prompt_ids, probe_completion_ids)
-        return check_logprob_gap(engine_lp, trainer_lp, tolerance, "VLLMEngine.verify_sync")
 
     # ------------------------------------------------------------------ memory
     def sleep(self, level: int = 1) -> None:

@@ -301,6 +301,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli_errors import run_as_script
 
-    raise SystemExit(cli_main(["maze-report", *sys.argv[1:]]))
+    raise SystemExit(run_as_script("maze-report", main))

@@ -35,7 +35,7 @@ import lightning as L
 import torch
 
 from lit_fgrpo.commands.cli_errors import precheck_config_files, subcommand_error
-from lit_fgrpo.data.data_settings import LoaderSettings, MazeSettings, SplitSettings
+from lit_fgrpo.data.data_settings import LoaderSettings, SplitSettings
 from lit_fgrpo.experiments.arms_words import check_config_arms, quote_arms
 from lit_fgrpo.experiments.rare_pool import build_rare_pool
 from lit_fgrpo.experiments.sweep_arm import Arm, checkpoint_step, train_arm
@@ -56,8 +56,9 @@ from lit_fgrpo.experiments.sweep_state import (
     read_json,
     write_json,
 )
+from lit_fgrpo.experiments.warm_start import evaluate_pass_at_k, warm_start
 from lit_fgrpo.reporting.progress import progress
-from lit_fgrpo.tasks import MazeConfig, evaluate_pass_at_k, make_maze_splits, warm_start
+from lit_fgrpo.tasks import MazeConfig, make_maze_splits
 from lit_fgrpo.tasks.maze import maze_prompt_tokens
 from lit_fgrpo.training.module import FGRPOModule
 from lit_fgrpo.training.module_settings import BatchingSettings, ObjectiveSettings, OptimizerSettings, PolicySettings
@@ -237,7 +238,7 @@ def _run_seed(
     """Warm start (or reload) seed ``seed``, then train and evaluate its pending (arm, milestone) units in order."""
     val_ks = sorted({k for k in s["ks"] if k <= s["val_samples"]} | {1})
     data_args: dict[str, Any] = dict(
-        source="maze", maze=MazeSettings(rows=s["maze_rows"], cols=s["maze_cols"]),
+        source="maze", maze=MazeConfig(rows=s["maze_rows"], cols=s["maze_cols"]),
         splits=SplitSettings(num_train=s["num_train"], num_val=s["num_val"], num_test=s["num_test"],
                              val_size=s["num_val"]),
         loader=LoaderSettings(prompts_per_step=s["prompts_per_step"], val_batch_size=64),
@@ -406,6 +407,6 @@ __all__ = ["DEFAULT_MODEL_CONFIG", "EXIT_INCOMPLETE", "build_parser", "combine_s
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli_errors import run_as_script
 
-    raise SystemExit(cli_main(["maze-sweep", *sys.argv[1:]]))
+    raise SystemExit(run_as_script("maze-sweep", main))

@@ -167,6 +167,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from lit_fgrpo.cli import main as cli_main
+    from lit_fgrpo.commands.cli_errors import run_as_script
 
-    raise SystemExit(cli_main(["maze-compare", *sys.argv[1:]]))
+    raise SystemExit(run_as_script("maze-compare", main))

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from lit_fgrpo.experiments.warm_start import maze_collector, maze_records
 from lit_fgrpo.tasks.maze import Maze
-from lit_fgrpo.tasks.warm_start import maze_collector, maze_records
 from lit_fgrpo.theory.dnll_rare import delta_nll_rare, sequence_nll
 
 
@@ -52,7 +52,7 @@ def sample_correct_trajectories(
 ) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Sample ``samples`` completions per maze; return the correct ones as ``(prompt_ids, completion_ids)`` pairs.
 
-    Samples through the library's one rollout path (:func:`~lit_fgrpo.tasks.warm_start.maze_collector`); a
+    Samples through the library's one rollout path (:func:`~lit_fgrpo.experiments.warm_start.maze_collector`); a
     completion ends at (and includes) its first ``DONE``. Sampling uses the global torch RNG.
 
     Returns:

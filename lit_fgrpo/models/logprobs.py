@@ -83,19 +83,6 @@ def logprobs_from_logits(logits: Tensor, token_ids: Tensor, with_entropy: bool =
     return picked - logz, entropy
 
 
-def selective_log_softmax(logits: Tensor, token_ids: Tensor) -> Tensor:
-    """``log_softmax(logits)[token_ids]`` per position, in float32: (..., V), (...) -> (...)."""
-    return logprobs_from_logits(logits, token_ids)[0]
-
-
-def entropy_from_logits(logits: Tensor) -> Tensor:
-    """``H = logsumexp(z) - sum_v softmax(z)_v z_v`` per position, in float32 and without grad; (..., V) -> (...)."""
-    with torch.no_grad():
-        z = logits.float()
-        logz = torch.logsumexp(z, dim=-1, keepdim=True)  # (..., 1)
-        return logz.squeeze(-1) - (torch.exp(z - logz) * z).sum(-1)  # (...)
-
-
 def split_output_layer(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(decoder, lm_head)`` of an HF causal LM (PEFT-wrapped or not), or None when the split is not known safe.
 

@@ -1,5 +1,7 @@
 """Building the policy and its tokenizer from settings; saving them for transformers.
 
+What they are built from is checked first (:mod:`lit_fgrpo.models.policy_checks`: the folder, the config).
+
 The optional LoRA wrapper lives in :mod:`lit_fgrpo.models.lora`; ``LoraSettings`` and ``apply_lora`` are re-exported here.
 """
 
@@ -15,36 +17,34 @@ from typing import Any
 import torch
 from torch import nn
 
+from lit_fgrpo.distributed.full_copy import load_full_weights, unsharded_copy
 from lit_fgrpo.models.lora import LoraSettings, apply_lora
+from lit_fgrpo.models.policy_checks import (
+    check_model_config,
+    check_policy_folder,
+    check_tokenizer_folder,
+    config_for,
+)
 
-BUILTIN_MAZE_TOKENIZER = "builtin:maze"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-"""Files one of which a tokenizer folder holds."""
 
+def load_tokenizer_folder(path: str) -> Any:
+    """The tokenizer saved in a local folder (a task's own tokenizer, ``builtin:<task>``, is
+    :func:`lit_fgrpo.tasks.registry.load_tokenizer`'s).
 
-def load_tokenizer(name_or_path: str) -> Any:
-    """A local tokenizer directory, or ``builtin:maze`` for the maze task's word-level vocabulary."""
-    if name_or_path == BUILTIN_MAZE_TOKENIZER:
-        from lit_fgrpo.tasks.maze import MAZE_VOCAB
-        from lit_fgrpo.tasks.word_tokenizer import build_word_tokenizer
-
-        return build_word_tokenizer(list(MAZE_VOCAB))
+    Raises:
+        FileNotFoundError: If nothing is at ``path`` (no hub access at run time).
+        ConfigError: If the folder holds no tokenizer.
+    """
     from transformers import AutoTokenizer
 
-    if not Path(name_or_path).exists():
+    if not Path(path).exists():
         raise FileNotFoundError(
-            f"--model.policy.tokenizer: {name_or_path!r} is not a local directory (no hub access at run time); "
-            f"pass a saved tokenizer folder or {BUILTIN_MAZE_TOKENIZER!r}"
+            f"--model.policy.tokenizer: {path!r} is not a local directory (no hub access at run time); "
+            "pass a saved tokenizer folder"
         )
-    folder = Path(name_or_path)
-    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        from lit_fgrpo.errors import ConfigError
-
-        raise ConfigError(
-            f"{name_or_path}: no tokenizer in this folder (none of {', '.join(TOKENIZER_FILES)})",
-            hint="pass --model.policy.tokenizer <folder>, or import a GGUF model with `lit-fgrpo import-gguf`",
-        )
-    return AutoTokenizer.from_pretrained(name_or_path)
+    if Path(path).is_dir():
+        check_tokenizer_folder(path)
+    return AutoTokenizer.from_pretrained(path)
 
 
 def build_policy(
@@ -68,9 +68,9 @@ def build_policy(
     if (model is None) == (model_config is None):
         raise ValueError("FGRPOModule: give exactly one of `model` (a local path) or `model_config` (a config dict)")
     if model is not None:
-        if not Path(model).exists():
-            raise FileNotFoundError(f"--model.policy.model: {model!r} is not a local directory (no hub at run time)")
-        return AutoModelForCausalLM.from_pretrained(model, dtype=dtype).train()
+        check_policy_folder(model)
+        with _quiet_progress():
+            return AutoModelForCausalLM.from_pretrained(model, dtype=dtype).train()
     assert model_config is not None
     config = policy_config(model_config, tokenizer)
     with _seeded(seed):
@@ -78,17 +78,34 @@ def build_policy(
 
 
 def policy_config(model_config: dict[str, Any], tokenizer: Any) -> Any:
-    """The HF config that ``model_config`` builds: vocab size and special ids default to the tokenizer's."""
-    from transformers import AutoConfig
+    """The HF config that ``model_config`` builds: vocab size and special ids default to the tokenizer's.
 
+    Raises:
+        ConfigError: a config :func:`check_model_config` refuses.
+    """
     cfg = dict(model_config)
-    if "model_type" not in cfg:
-        raise ValueError("--model.policy.model_config needs a `model_type` key, e.g. 'qwen2' or 'llama'")
+    check_model_config(cfg)
     cfg.setdefault("vocab_size", len(tokenizer))
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if getattr(tokenizer, name, None) is not None:
             cfg.setdefault(name, getattr(tokenizer, name))
-    return AutoConfig.for_model(**cfg)
+    return config_for(cfg)
+
+
+@contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """transformers draws "Loading weights" and "Writing model shards" bars; into a log file (stderr not a terminal)
+    their carriage-return frames are noise, so they are switched off there for the call."""
+    from transformers.utils import logging as hf_logging
+
+    quiet = hf_logging.is_progress_bar_enabled() and not sys.stderr.isatty()
+    if quiet:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet:
+            hf_logging.enable_progress_bar()
 
 
 @contextmanager
@@ -103,33 +120,39 @@ def save_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, merge_
     """Save ``policy`` (with ``merge_lora``, its LoRA adapters merged into a copy) and ``tokenizer`` to
     ``directory``, loadable by transformers unchanged; returns the directory.
 
-    transformers draws a "Writing model shards" bar; into a log file (stderr not a terminal) its carriage-return
-    frames are noise, so it is switched off there for the save.
+    transformers' "Writing model shards" bar is off when stderr is not a terminal (:func:`_quiet_progress`).
     """
-    from transformers.utils import logging as hf_logging
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if merge_lora:
         policy = copy.deepcopy(policy).merge_and_unload()  # type: ignore[operator]
-    quiet = hf_logging.is_progress_bar_enabled() and not sys.stderr.isatty()
-    if quiet:
-        hf_logging.disable_progress_bar()
-    try:
+    with _quiet_progress():
         policy.save_pretrained(directory)  # type: ignore[operator]
-    finally:
-        if quiet:
-            hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(directory)
     return directory
 
 
+def save_sharded_policy(policy: nn.Module, tokenizer: Any, directory: str | Path, write: bool) -> Path:
+    """:func:`save_policy` for a sharded (FSDP2) policy: every rank gathers, the ``write`` rank saves a normal HF folder.
+
+    The writing rank holds one whole copy on the CPU (what the folder will contain); LoRA is merged.
+    """
+    copy = unsharded_copy(policy, torch.device("cpu")) if write else None
+    load_full_weights(copy, policy)
+    if copy is not None:
+        save_policy(copy, tokenizer, directory)
+    return Path(directory)
+
+
 __all__ = [
-    "BUILTIN_MAZE_TOKENIZER",
     "LoraSettings",
     "apply_lora",
     "build_policy",
-    "load_tokenizer",
+    "check_model_config",
+    "check_policy_folder",
+    "check_tokenizer_folder",
+    "load_tokenizer_folder",
     "policy_config",
     "save_policy",
+    "save_sharded_policy",
 ]

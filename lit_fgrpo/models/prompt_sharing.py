@@ -6,7 +6,7 @@ Here the decoder runs over the U distinct prompts of a row chunk once, with a KV
 prompt's last hidden state, which predicts the first completion token) is indexed out to the b rows, and the
 decoder then runs over the completions only, attending to the cached prompt keys and values. Indexing is
 differentiable, so under autograd each prompt position's gradient is the sum over its rows, as in the whole-row
-pass: the values and the gradient are the same up to float rounding (tests/test_prompt_sharing.py).
+pass: the values and the gradient are the same up to float rounding (tests/models/test_prompt_sharing.py).
 
 The indexing is ``index_select``, not ``tensor[rows]`` (what transformers' ``batch_select_indices`` does): the
 backward of ``tensor[rows]`` on the CPU is an accumulating ``index_put_`` whose threads add into the shared prompt

@@ -10,7 +10,7 @@ from lit_fgrpo.objectives.group_weights import (
     group_weight_values,
 )
 from lit_fgrpo.objectives.kl import kl_k3
-from lit_fgrpo.objectives.policy_loss import LOSS_TYPES, LossType, aggregate_tokens, policy_loss
+from lit_fgrpo.objectives.loss_types import LOSS_TYPES, LossType, aggregate_tokens, policy_loss
 
 __all__ = [
     "GROUP_WEIGHT_KINDS",

@@ -32,7 +32,7 @@ AdvantageScale = Literal["group", "batch", "none"]
 _SCALES = ("group", "batch", "none")
 
 
-def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | None, eps: float) -> None:
+def _check_inputs(rewards: Tensor, gamma: float | None, scale: str, success: Tensor | None, eps: float) -> None:
     if rewards.dim() != 2:
         raise ValueError(
             f"group_advantages: rewards must be 2-D (P prompts, G samples), got shape {tuple(rewards.shape)}"
@@ -41,7 +41,8 @@ def _check_inputs(rewards: Tensor, gamma: float, scale: str, success: Tensor | N
         raise ValueError(
             f"group_advantages: success shape {tuple(success.shape)} does not match rewards shape {tuple(rewards.shape)}"
         )
-    check_gamma(gamma, "group_advantages: gamma")
+    if gamma is not None:  # None: the group weight was given (and checked when it was built)
+        check_gamma(gamma, "group_advantages: gamma")
     if not math.isfinite(eps) or eps <= 0:
         raise ConfigError(f"group_advantages: eps must be finite and > 0, got {eps}")
     if scale not in _SCALES:
@@ -126,7 +127,7 @@ def weighted_group_advantages(
     The training step calls this once and hands the weights and mu_hat to the logged statistics, so that nothing
     computes them a second time.
     """
-    _check_inputs(rewards, 0.0, scale, success, eps)
+    _check_inputs(rewards, None, scale, success, eps)
     out_dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
     r = rewards.detach().to(torch.float64)  # (P, G)
     valid = ~torch.isnan(r)  # (P, G)
@@ -151,10 +152,9 @@ def weighted_group_advantages(
     centred = torch.where(constant, torch.zeros_like(centred), centred)
 
     verdict = success.to(torch.bool) if success is not None else (r0 > 0)  # (P, G)
-    success_rate = group_success_rate(verdict, valid)  # (P,)
-    if weight.is_identity:  # plain GRPO, bit for bit: no multiplication at all
+    success_rate, weights = weight.of_groups(verdict, valid)  # (P,), (P,) or None
+    if weights is None:  # plain GRPO, bit for bit: no multiplication at all
         weights = torch.ones_like(success_rate)  # (P,)
     else:
-        weights = weight(success_rate, num_valid.squeeze(1))  # (P,)
         centred = centred * weights.unsqueeze(1)
     return GroupAdvantages(centred.to(out_dtype), weights, success_rate)

@@ -144,6 +144,22 @@ class GroupWeight:
         """True when every weight is exactly 1 (focal with gamma = 0): the plain GRPO advantage."""
         return self.kind == "focal" and self.gamma == 0
 
+    def of_groups(self, verdicts: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Each group's success rate and weight, in one call: what the advantages of a batch of groups need.
+
+        Args:
+            verdicts: (P, G) bool, a completion judged correct.
+            valid: (P, G) bool, a completion scorable; mu_hat and G count these only.
+
+        Returns:
+            ``(success_rate, weights)``: (P,) float64 mu_hat, and (P,) float64 weights, or None when every weight
+            is exactly 1 (:attr:`is_identity`: the advantages are then not multiplied at all).
+        """
+        success_rate = group_success_rate(verdicts, valid)  # (P,)
+        if self.is_identity:
+            return success_rate, None
+        return success_rate, self(success_rate, valid.sum(dim=1))  # (P,), (P,)
+
 
 def weighted_rates(weight: GroupWeight, group_size: int) -> list[float]:
     """The success rates ``k / G`` (0 < k < G) of a group of ``group_size`` G that ``weight`` gives a weight > 0.

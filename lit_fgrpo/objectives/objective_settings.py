@@ -45,7 +45,8 @@ class ObjectiveSettings:
     advantage_eps: float = 1e-6
     """Added to the std (verl 1e-6, TRL 1e-4)."""
     temperature: float = 1.0
-    """Sampling temperature, also applied to the training logits."""
+    """Sampling temperature, also applied to the training logits; ``--rollout.sampling.temperature`` must equal it
+    (the configs link them: ``temperature: ${model.objective.temperature}``; another value is refused)."""
     importance_correction: ImportanceCorrection = "none"
     """Train/inference mismatch correction with the engine's sampling log-probs: "none", "token" or "sequence"
     truncated importance sampling."""

@@ -9,7 +9,7 @@ The seam between the rollout callback and the module is the batch itself: the mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,7 +28,8 @@ class RolloutBatch:
     attention_mask: Tensor
     """(B, Tp + T) 1 on real tokens."""
     completion_mask: Tensor
-    """(B, T) float, 1 on completion tokens that are trained on (up to and including the stop token)."""
+    """(B, T) float, 1 on completion tokens that are trained on (up to and including the stop token; in a
+    multi-turn episode the model's tokens only, never the environment's)."""
     rewards: Tensor
     """(P, G) float rewards (weighted sum of reward functions; NaN where unscorable)."""
     correct: Tensor
@@ -44,28 +45,39 @@ class RolloutBatch:
     prompt_ids: list[list[int]] = field(default_factory=list)
     """(P,) prompt token ids, unpadded."""
     completion_ids: list[list[int]] = field(default_factory=list)
-    """(B,) sampled completion token ids, unpadded (the weight-sync probe reuses a few rows)."""
+    """(B,) sampled completion token ids, unpadded (the weight-sync probe reuses a few rows); for multi-turn
+    episodes every token after the row's prompt, model and environment alike (the columns of ``completion_mask``)."""
     stats: dict[str, float] = field(default_factory=dict)
-    """Rollout-side health signals (timings, failed reward calls), logged by the module under ``rollout/``."""
+    """Rollout-side statistics of this batch (timings, failed reward calls, dynamic sampling's counts, the
+    staleness of an asynchronous batch), logged by the module with the update's metrics under ``rollout/``."""
+    row_prompt_ids: list[list[int]] = field(default_factory=list)
+    """(B,) each row's own prompt ids, when the rows of a group may have different prompts (multi-turn episodes: a
+    ``reset`` observation); empty when row ``r``'s prompt is ``prompt_ids[r // G]``."""
+    conversations: list[list[dict[str, str]]] = field(default_factory=list)
+    """(B,) multi-turn episodes as ``{role, content}`` messages (the sample table shows them); empty otherwise."""
+    num_prompts: int = field(init=False)
+    """P, from ``rewards`` (set at construction: the update and the callbacks read it at every step)."""
+    group_size: int = field(init=False)
+    """G, from ``rewards``."""
+    completion_length: int = field(init=False)
+    """T, the completion columns of ``completion_mask``."""
 
-    @property
-    def num_prompts(self) -> int:
-        return int(self.rewards.shape[0])
-
-    @property
-    def group_size(self) -> int:
-        return int(self.rewards.shape[1])
-
-    @property
-    def completion_length(self) -> int:
-        return int(self.completion_mask.shape[1])
+    def __post_init__(self) -> None:
+        self.num_prompts, self.group_size = int(self.rewards.shape[0]), int(self.rewards.shape[1])
+        self.completion_length = int(self.completion_mask.shape[1])
 
     def to(self, device: torch.device | str) -> RolloutBatch:
         """Move the tensors (not the texts) to ``device``."""
         moved: dict[str, Any] = {
-            name: (value.to(device) if isinstance(value, Tensor) else value) for name, value in self.__dict__.items()
+            name: (value.to(device) if isinstance(value, Tensor) else value) for name, value in as_plain(self).items()
         }
         return RolloutBatch(**moved)
+
+
+def as_plain(batch: RolloutBatch) -> dict[str, Any]:
+    """A rollout's constructor arguments as a dict of tensors, lists and numbers (what a checkpoint loads without
+    pickled classes); ``RolloutBatch(**as_plain(batch))`` rebuilds it."""
+    return {f.name: getattr(batch, f.name) for f in fields(batch) if f.init}
 
 
 @dataclass

@@ -6,7 +6,10 @@ here. For P records and ``sampling.n = G`` it
 
 1. samples G completions per prompt with the engine (rows prompt-major: row ``i * G + j``),
 2. decodes them and scores them with the reward functions (weighted sum) and the correctness verdict,
-3. packs prompt + completion into padded tensors (:func:`~lit_fgrpo.rollout.batch.pad_rollouts`).
+3. packs prompt + completion into padded tensors (:func:`~lit_fgrpo.engines.base.pad_rollouts`).
+
+With an environment (``--rollout.environment``) each of the G samples is a multi-turn episode instead, run and
+packed by :class:`~lit_fgrpo.rollout.episodes.EpisodeRollouts` into the same kind of batch.
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lit_fgrpo.distributed.rank_layout import prompt_seed
+from lit_fgrpo.distributed.rank_layout import prompt_seeds
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rewards import RewardFn, score_completions
+from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.batch import RolloutBatch
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord
+    from lit_fgrpo.rollout.episodes import EpisodeRollouts
 
 
 def pad_id_of(tokenizer: Any) -> int:
@@ -55,6 +60,7 @@ class RolloutCollector:
         mask_truncated: no loss on completions cut at ``max_tokens`` (DAPO's overlong filtering).
         reward_timeout: seconds one reward call may take before its rows become unscorable (None = no limit).
         reward_isolation: ``"thread"`` or ``"process"`` (functions that are not thread-safe); with a timeout.
+        episodes: multi-turn episodes instead of one reply per sample (``None``: single-turn).
     """
 
     def __init__(
@@ -69,6 +75,7 @@ class RolloutCollector:
         mask_truncated: bool = False,
         reward_timeout: float | None = None,
         reward_isolation: Isolation = "thread",
+        episodes: EpisodeRollouts | None = None,
     ) -> None:
         if not reward_funcs:
             raise ValueError("RolloutCollector needs at least one reward function")
@@ -86,8 +93,36 @@ class RolloutCollector:
         self.mask_truncated = mask_truncated
         self.reward_timeout = reward_timeout
         self.last: RolloutBatch | None = None
-        """The rollout packed last (the engine sync takes a few of its rows as the next push's probe)."""
+        """The rollout packed last (its first rows are the probe of the next weight push)."""
         self.reward_isolation: Isolation = reward_isolation
+        self.episodes = episodes
+        """The multi-turn episodes' driver, limits and turn sampling (``None``: one reply per sample)."""
+
+    def score(
+        self,
+        records: Sequence[PromptRecord],
+        completions: Sequence[str],
+        extra_columns: dict[str, list[Any]],
+        group_size: int,
+    ) -> RewardResult:
+        """Score ``P * G`` completions (prompt-major) with this collector's rewards, verdict, timeout and isolation.
+
+        The reward functions receive each prompt's own columns expanded per completion, then ``extra_columns``.
+        """
+        prompts = [record.prompt for record in records for _ in range(group_size)]
+        columns: dict[str, Any] = dict(columns_per_completion(records, group_size)) | extra_columns
+        return score_completions(
+            prompts,
+            completions,
+            columns,
+            self.reward_funcs,
+            self.reward_weights,
+            self.correctness_fn,
+            self.correct_threshold,
+            reward_timeout=self.reward_timeout,
+            reward_isolation=self.reward_isolation,
+            group_size=group_size,
+        )
 
     def collect(
         self,
@@ -119,32 +154,23 @@ class RolloutCollector:
         """
         if seed is not None:
             sampling = replace(sampling, seed=seed)
+        self.engine.wake_up()
+        if self.episodes is not None:
+            self.last = self.episodes.collect(self, records, sampling, step, stream)
+            return self.last
         P, G = len(records), sampling.n
         prompt_ids = [list(record.prompt_ids) for record in records]
-        self.engine.wake_up()
         start = time.perf_counter()
         seeds = None
         if sampling.seed is not None:
             positions = [i if record.position is None else record.position for i, record in enumerate(records)]
-            seeds = [prompt_seed(sampling.seed, position, step, stream) for position in positions]
+            seeds = prompt_seeds(sampling.seed, positions, step, stream)
         generation = self.engine.generate(prompt_ids, sampling, seeds)
         gen_seconds = time.perf_counter() - start
         completions = self.tokenizer.batch_decode(generation.completion_ids, skip_special_tokens=True)
         prompts = [record.prompt for record in records for _ in range(G)]
-        columns: dict[str, Any] = dict(columns_per_completion(records, G))
-        columns["completion_length"] = [len(ids) for ids in generation.completion_ids]
-        scored = score_completions(
-            prompts,
-            completions,
-            columns,
-            self.reward_funcs,
-            self.reward_weights,
-            self.correctness_fn,
-            self.correct_threshold,
-            reward_timeout=self.reward_timeout,
-            reward_isolation=self.reward_isolation,
-            group_size=G,
-        )
+        lengths = [len(ids) for ids in generation.completion_ids]
+        scored = self.score(records, completions, {"completion_length": lengths}, G)
         ids, attn, mask, sampling_logp = pad_rollouts(
             prompt_ids, generation, G, self.pad_token_id, self.mask_truncated
         )  # (B, Tp + T), (B, Tp + T), (B, T), (B, T)
@@ -178,3 +204,11 @@ class RolloutCollector:
         )
         self.last = rollout
         return rollout
+
+    def join_round(self, sampling: SamplingConfig) -> None:
+        """Take part, without prompts of this rank's own, in the engine rounds one :meth:`collect` makes (one, or
+        ``max_turns`` for episodes): dynamic sampling's skipping ranks, with an engine the ranks share."""
+        if self.episodes is not None:
+            self.episodes.join_rounds(self.engine, sampling)
+        else:
+            self.engine.join_round(sampling)

@@ -17,8 +17,8 @@ from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.group_weights import GroupWeight
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.group_filter import DynamicSampling, Lockstep, dynamic_sample, ranks_round_need
-from lit_fgrpo.rollout.parts import RolloutParts, StepContext
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
+from lit_fgrpo.rollout.schedule import RolloutParts, StepContext
 from lit_fgrpo.rollout.sync_schedule import SyncRollouts
 
 DYNAMIC_ROUND_SEED_OFFSET = 3_000_017
@@ -104,23 +104,23 @@ class DynamicRollouts(SyncRollouts):
     def start(self, parts: RolloutParts, data: Any) -> None:
         prompt_source(data)  # refuse a data module without draw_prompts before any work
 
-    def sample(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
+    def sample(self, parts: RolloutParts, batch: PromptBatch, call: StepContext) -> RolloutBatch:
         """P informative groups drawn in rounds from the data module (the loader's batch only paces the step)."""
-        sampling, engine = parts.train_sampling, parts.collector.engine
+        sampling, collector = parts.train_sampling, parts.collector
 
         def collect(records: list[Any], seed_step: int) -> RolloutBatch:
-            return parts.collector.collect(list(records), sampling, step=seed_step, stream=TRAIN_STREAM)
+            return collector.collect(list(records), sampling, step=seed_step, stream=TRAIN_STREAM)
 
         return dynamic_rollout(
             collect,
-            prompt_source(ctx.data),
+            prompt_source(call.data),
             len(batch.records),
             self.config,
-            parts.consumer.group_weight,
-            parts.collector.pad_token_id,
-            ctx.step,
-            ctx.world_size,
-            join=lambda: engine.join_round(sampling),
+            parts.group_weight,
+            collector.pad_token_id,
+            call.step,
+            call.world_size,
+            join=lambda: collector.join_round(sampling),
         )
 
 

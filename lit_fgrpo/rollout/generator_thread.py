@@ -45,18 +45,16 @@ B = TypeVar("B")
 def check_engine_for_async(engine: RolloutEngine, max_staleness: int) -> None:
     """Refuse ``max_staleness > 0`` with an engine that samples with the trainer's own module.
 
-    The HF engine shares the policy module: the optimizer would change the weights in the middle of a generation
-    and the recorded version would be wrong. vLLM (its own copy) and :class:`~lit_fgrpo.engines.hf_copy.HFCopyEngine`
-    are fine.
+    Such an engine (the HF engine, :attr:`~lit_fgrpo.engines.base.RolloutEngine.has_own_weights` False) shares the
+    policy module: the optimizer would change the weights in the middle of a generation and the recorded version
+    would be wrong. vLLM (its own copy) and :class:`~lit_fgrpo.engines.hf_copy.HFCopyEngine` are fine.
 
     Raises:
         ConfigError: naming ``max_staleness`` and the way out.
     """
     if max_staleness < 0:
         raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}")
-    from lit_fgrpo.engines.hf import HFEngine
-
-    if max_staleness > 0 and isinstance(engine, HFEngine):
+    if max_staleness > 0 and not engine.has_own_weights:
         raise ConfigError(
             f"max_staleness={max_staleness} needs an engine with its own copy of the weights, but the HF engine "
             "samples with the trainer's policy module, which the optimizer changes during generation; use the "
@@ -95,7 +93,8 @@ class StalenessBoundedRollouts(Generic[R, B]):
             the generator thread when ``max_staleness > 0``, never while ``sync_fn`` runs.
         batch_source: ``batch_source(i)`` = the records of prompt batch ``i`` (random access, e.g.
             ``PromptStream.batch``), so a resume regenerates exactly the batches that were not trained on.
-        sync_fn: pushes the trainer's current weights into the engine (called by :meth:`push_weights`).
+        sync_fn: pushes the trainer's current weights into the engine (called by :meth:`push_weights` unless the
+            call brings its own push).
         max_staleness: k; 0 = synchronous (no thread), k >= 1 = generate up to k batches ahead.
         base_seed: batch ``i`` is sampled with seed ``base_seed + i``.
         initial_version: the version the engine holds at start (the trainer's RL step count).
@@ -105,7 +104,7 @@ class StalenessBoundedRollouts(Generic[R, B]):
         self,
         collect_fn: Callable[[Sequence[R], int], B],
         batch_source: Callable[[int], Sequence[R]],
-        sync_fn: Callable[[], None],
+        sync_fn: Callable[[], None] | None = None,
         max_staleness: int = 1,
         base_seed: int = 0,
         initial_version: int = 0,
@@ -161,20 +160,27 @@ class StalenessBoundedRollouts(Generic[R, B]):
                 item = _Ready(self._collect(index), self._version)
         return self._hand_over(item, index, start)
 
-    def push_weights(self, version: int) -> None:
+    def push_weights(self, version: int, sync: Callable[[], None] | None = None) -> None:
         """Load the trainer's weights into the engine as ``version`` (call when an RL step ends).
 
         Waits until the generator has claimed every batch it may sample under the old weights and the engine is
         idle, so that the version of each batch does not depend on timing.
+
+        Args:
+            version: the policy version the engine holds after the push (RL steps done).
+            sync: the push of this call (one that logs at the caller's step); default the constructor's ``sync_fn``.
         """
         if version < self._version:
             raise ValueError(f"push_weights: version {version} is older than the engine's {self._version}")
+        push = sync if sync is not None else self.sync_fn
+        if push is None:
+            raise ValueError("push_weights: no push given (sync) and none at construction (sync_fn)")
         if self._thread is None:  # nothing taken yet (the first push after a warm start or a restore)
-            self.sync_fn()
+            push()
             self._version = int(version)
             return
         with _EngineTurn(self, wait_for_claims=True):
-            self.sync_fn()
+            push()
             self._version = int(version)
 
     def paused(self) -> AbstractContextManager[None]:

@@ -44,6 +44,7 @@ from torch import Tensor
 from lit_fgrpo.distributed.collectives import global_maxes
 from lit_fgrpo.objectives.group_weights import GroupWeight, group_weight_values
 from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.collector_stats import keep_rate, merge_round_stats
 
 DrawFn = Callable[[int], RolloutBatch]
 """``draw(k)``: generate and score the groups of the next k prompts; may return fewer at the end of the data."""
@@ -70,11 +71,6 @@ def ranks_round_need(missing: int, exhausted: bool) -> int:
     """:attr:`Lockstep.round_need` over the ranks of the process group: one all-reduce (MAX) of both values."""
     most_missing, any_exhausted = global_maxes(missing, int(exhausted))
     return 0 if any_exhausted else most_missing
-
-
-def keep_rate(groups_informative: float, prompts_drawn: float, prompts_skipped: float) -> float:
-    """Informative groups per generated prompt (prompts consumed without generation do not count)."""
-    return groups_informative / max(prompts_drawn - prompts_skipped, 1)
 
 
 @dataclass(frozen=True)
@@ -117,7 +113,7 @@ class DynamicSamplingStats:
     def as_stats(self) -> dict[str, float]:
         """RolloutBatch.stats entries (the module logs them as ``rollout/dynamic_*``).
 
-        Counts, summed over ranks when logged (:data:`~lit_fgrpo.training.step_stats.SUMMED_STATS`), and the
+        Counts, summed over ranks when logged (:data:`~lit_fgrpo.rollout.collector_stats.SUMMED_STATS`), and the
         keep rate: informative groups per generated prompt (recomputed from the summed counts over ranks).
         """
         return {
@@ -171,23 +167,9 @@ def select_groups(batch: RolloutBatch, groups: Tensor | Sequence[int]) -> Rollou
         prompt_ids=[batch.prompt_ids[p] for p in idx.tolist()] if batch.prompt_ids else [],
         completion_ids=[batch.completion_ids[r] for r in row_list] if batch.completion_ids else [],
         stats=dict(batch.stats),
+        row_prompt_ids=[batch.row_prompt_ids[r] for r in row_list] if batch.row_prompt_ids else [],
+        conversations=[batch.conversations[r] for r in row_list] if batch.conversations else [],
     )
-
-
-_COUNTS = ("reward_nonfinite", "reward_timeouts", "reward_wrong_length", "generated_tokens")
-
-
-def _merge_stats(batches: Sequence[RolloutBatch]) -> dict[str, float]:
-    """Seconds and counts of unscorable rows add up over rounds; any other statistic is averaged, weighted by rows."""
-    rows = [b.input_ids.shape[0] for b in batches]
-    out: dict[str, float] = {}
-    for key in dict.fromkeys(k for b in batches for k in b.stats):
-        present = [(b.stats[key], n) for b, n in zip(batches, rows, strict=True) if key in b.stats]
-        if key.endswith("_seconds") or key.startswith("failed_") or key in _COUNTS:
-            out[key] = float(sum(v for v, _ in present))
-        else:
-            out[key] = float(sum(v * n for v, n in present) / max(sum(n for _, n in present), 1))
-    return out
 
 
 def concat_rollouts(batches: Sequence[RolloutBatch], pad_token_id: int = 0) -> RolloutBatch:
@@ -231,7 +213,9 @@ def concat_rollouts(batches: Sequence[RolloutBatch], pad_token_id: int = 0) -> R
         completions=[c for b in batches for c in b.completions],
         prompt_ids=[p for b in batches for p in b.prompt_ids],
         completion_ids=[c for b in batches for c in b.completion_ids],
-        stats=_merge_stats(batches),
+        stats=merge_round_stats(batches),
+        row_prompt_ids=[p for b in batches for p in b.row_prompt_ids],
+        conversations=[c for b in batches for c in b.conversations],
     )
 
 
@@ -311,5 +295,5 @@ def dynamic_sample(
             )
     stats = DynamicSamplingStats(rounds, drawn, informative, num_kept, padded, skipped)
     out = concat_rollouts(kept, pad_token_id)
-    out.stats = _merge_stats(drawn_batches) | stats.as_stats()
+    out.stats = merge_round_stats(drawn_batches) | stats.as_stats()
     return out, stats

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 from lit_fgrpo.engines.base import SamplingConfig
-from lit_fgrpo.engines.select import ENGINE_KINDS, EngineKind
+from lit_fgrpo.environments.base import EnvironmentFactory, load_environment
+from lit_fgrpo.environments.episode import EpisodeLimits
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.group_weights import GroupWeight, weighted_rates
 from lit_fgrpo.rewards import resolve_reward
 from lit_fgrpo.rewards.guarded_call import Isolation
+from lit_fgrpo.rollout.engine_select import ENGINE_KINDS, EngineKind
 from lit_fgrpo.rollout.group_filter import DynamicSampling
+from lit_fgrpo.tasks.registry import default_reward
 
 if TYPE_CHECKING:
     from lit_fgrpo.rollout.consumer import RolloutConsumer
@@ -27,6 +30,9 @@ log = logging.getLogger(__name__)
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
 """The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
+
+ENVIRONMENT_REWARD = "environment"
+"""The reward name that stands for the environment's own ``get_reward()`` (``--rollout.reward_funcs [environment]``)."""
 
 
 @dataclass
@@ -37,7 +43,7 @@ class RolloutSettings:
     """"hf" (the HF engine on the policy itself), "hf_copy" (the same on the engine's own copy of the policy, for
     ``max_staleness > 0``), "vllm" (colocated vLLM), "vllm_server" (stock ``vllm serve`` processes, launched or given
     by URL, options in ``engine_kwargs``: :class:`~lit_fgrpo.servers.server_settings.ServerSettings`), or "auto" (vLLM when installed and it pays off: on a GPU; on a
-    CPU only from 10M parameters; see :func:`lit_fgrpo.engines.select.auto_engine_kind`)."""
+    CPU only from 10M parameters; see :func:`lit_fgrpo.rollout.engine_select.auto_engine_kind`)."""
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling of training rollouts; ``sampling.n`` is the group size G (>= 2)."""
     val_samples: int = 16
@@ -46,7 +52,7 @@ class RolloutSettings:
     """Sampling temperature for validation (default: the training temperature)."""
     reward_funcs: list[str] | None = None
     """Reward functions by built-in name (math_answer, maze, reasoning_gym, reasoning_gym_correct) or dotted path
-    ``pkg.module:function``; default ``["maze"]``."""
+    ``pkg.module:function``; default: the default task's reward (``["maze"]``)."""
     reward_weights: list[float] | None = None
     """One weight per reward function (default all 1)."""
     correctness: str | None = None
@@ -82,6 +88,22 @@ class RolloutSettings:
     max_staleness: int = 0
     """k; 0 = synchronous. k >= 1 generates up to k batches ahead of the trainer on the engine's own weight copy
     (vLLM or "hf_copy"), corrected with the module's importance weights (``--model.objective.importance_correction``)."""
+    environment: str | None = None
+    """Multi-turn episodes (docs/environments.md): the environment class as a built-in name (``retry``,
+    ``calculator``) or ``package.module:Class``; null = one reply per prompt. Its ``get_reward()``, when it has one,
+    is the reward function named ``environment`` (the default ``reward_funcs`` then)."""
+    environment_args: dict[str, Any] | None = None
+    """Keyword arguments of the environment's constructor."""
+    max_turns: int = 4
+    """Model turns per episode (with ``environment``); an episode still going after them ends truncated."""
+    max_turn_tokens: int | None = None
+    """Tokens one model turn may sample (with ``environment``); null = ``sampling.max_tokens``."""
+    max_episode_tokens: int | None = None
+    """Tokens after the prompt per episode, model and environment together: the training row's width (with
+    ``environment``); null = ``max_turns`` times the turn's tokens."""
+    environment_timeout: float | None = None
+    """Seconds one ``reset``, ``step``, tool or ``get_reward`` call may take; past it the episode is unscorable
+    (counted, left out of mu_hat and the loss). null = no limit."""
 
     def __post_init__(self) -> None:
         if isinstance(self.sampling, dict):  # a config's plain mapping
@@ -109,9 +131,19 @@ class RolloutSettings:
             raise ConfigError(f"{where}.reward_timeout must be a finite number > 0 or null, got {self.reward_timeout}")
         if self.reward_isolation not in get_args(Isolation):
             raise ConfigError(f"{where}.reward_isolation must be 'thread' or 'process', got {self.reward_isolation!r}")
+        self.environment_factory: EnvironmentFactory | None = self._load_environment()
+        """The checked environment class (``None``: single-turn rollouts)."""
         names = self.reward_names
         for key, name in [("reward_funcs", n) for n in names] + [("correctness", self.correctness)]:
             if name is None:
+                continue
+            if name == ENVIRONMENT_REWARD:
+                factory = self.environment_factory
+                if factory is None or not factory.has_reward:
+                    has = "no --rollout.environment" if factory is None else f"{factory.name} has no get_reward()"
+                    raise ConfigError(
+                        f"--rollout.{key} {ENVIRONMENT_REWARD!r} is the environment's get_reward(), but {has}"
+                    )
                 continue
             try:  # an unknown name or a path that does not import: one line, now
                 resolve_reward(name)
@@ -130,8 +162,36 @@ class RolloutSettings:
                 "prompts in rounds that depend on the rewards, which the generator cannot sample ahead; drop one"
             )
 
+    def _load_environment(self) -> EnvironmentFactory | None:
+        """The environment class, imported and checked now (one line naming the flag), and the episode limits."""
+        if self.environment is None:
+            if self.environment_args:
+                raise ConfigError("--rollout.environment_args is given without --rollout.environment")
+            return None
+        if self.environment_timeout is not None and not (0 < self.environment_timeout < float("inf")):
+            raise ConfigError(
+                f"--rollout.environment_timeout must be a finite number > 0 or null, got {self.environment_timeout}"
+            )
+        self.episode_limits()  # each limit >= 1
+        if self.max_episode_tokens is not None and self.max_episode_tokens < self.turn_tokens:
+            raise ConfigError(
+                f"--rollout.max_episode_tokens={self.max_episode_tokens} is less than one turn's tokens "
+                f"({self.turn_tokens}: --rollout.max_turn_tokens, else --rollout.sampling.max_tokens)"
+            )
+        return load_environment(self.environment, self.environment_args)
+
+    @property
+    def turn_tokens(self) -> int:
+        """Tokens one model turn may sample: ``max_turn_tokens``, else ``sampling.max_tokens``."""
+        return self.max_turn_tokens if self.max_turn_tokens is not None else self.sampling.max_tokens
+
+    def episode_limits(self, max_context: int | None = None) -> EpisodeLimits:
+        """The episodes' limits; ``max_context``: the tokens of context an episode may fill (the collector's)."""
+        tokens = self.max_episode_tokens if self.max_episode_tokens is not None else self.max_turns * self.turn_tokens
+        return EpisodeLimits(self.max_turns, tokens, self.turn_tokens, max_context)
+
     def check_consumer(self, consumer: RolloutConsumer) -> None:
-        """Refuse (or warn about) settings that do not fit the module that trains on the rollouts."""
+        """Refuse settings that do not fit the module that trains on the rollouts (one ConfigError naming both)."""
         check_async_settings(self.max_staleness, self.sync_every, consumer.importance_correction)
         self.check_reachable_groups(consumer.group_weight)
         ks = consumer.pass_at_k_ks
@@ -141,13 +201,14 @@ class RolloutSettings:
                 "(--model.val_pass_at_k); unbiased pass@k needs n >= k"
             )
         if float(consumer.temperature) != self.sampling.temperature:
-            # The engine reports log_softmax(z / sampling.temperature); the module divides its logits by its own
-            # temperature. Different values make the importance weights and logprob_mismatch meaningless.
-            log.warning(
-                "RolloutCallback.sampling.temperature=%s differs from the module's temperature=%s: the sampling "
-                "log-probs and the trainer's log-probs are then at different temperatures",
-                self.sampling.temperature,
-                consumer.temperature,
+            # The engine samples (and reports log_softmax(z / T)) at sampling.temperature; the module divides its
+            # training logits by its own temperature. Two values would train on samples of another distribution than
+            # the one the loss assumes, and make the importance weights and logprob_mismatch meaningless.
+            raise ConfigError(
+                f"--rollout.sampling.temperature={self.sampling.temperature} differs from "
+                f"--model.objective.temperature={float(consumer.temperature)}: the engine would sample at one and the "
+                "trainer compute its log-probs at the other; give both the same value "
+                "(the configs set temperature: ${model.objective.temperature})"
             )
 
     def check_reachable_groups(self, weight: GroupWeight) -> None:
@@ -182,8 +243,12 @@ class RolloutSettings:
 
     @property
     def reward_names(self) -> list[str]:
-        """The reward functions' names (``["maze"]`` by default)."""
-        return list(self.reward_funcs or ["maze"])
+        """The reward functions' names; by default the environment's reward when it has one, else the default task's
+        reward (the maze's, ``["maze"]``)."""
+        if self.reward_funcs:
+            return list(self.reward_funcs)
+        factory = self.environment_factory
+        return [ENVIRONMENT_REWARD] if factory is not None and factory.has_reward else [default_reward()]
 
     def train_sampling(self) -> SamplingConfig:
         """Sampling of training rollouts, with the base seed (each prompt's seed adds its position and the step)."""
@@ -237,4 +302,11 @@ def check_async_settings(max_staleness: int, sync_every: int, importance_correct
         )
 
 
-__all__ = ["TEST_STREAM", "TRAIN_STREAM", "VAL_STREAM", "RolloutSettings", "check_async_settings"]
+__all__ = [
+    "ENVIRONMENT_REWARD",
+    "TEST_STREAM",
+    "TRAIN_STREAM",
+    "VAL_STREAM",
+    "RolloutSettings",
+    "check_async_settings",
+]

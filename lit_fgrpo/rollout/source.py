@@ -7,8 +7,10 @@ pushes and their check (:class:`~lit_fgrpo.rollout.engine_sync.EngineSync`) and 
 - :class:`~lit_fgrpo.rollout.dynamic_schedule.DynamicRollouts`: rounds drawn from the data until P groups are informative;
 - :class:`~lit_fgrpo.rollout.async_schedule.AsyncRollouts`: a generator thread up to ``max_staleness`` steps ahead.
 
+The schedule receives the parts (:class:`~lit_fgrpo.rollout.schedule.RolloutParts`, built once per engine) and, with
+each call, the trainer's step, timer and logging function (:class:`~lit_fgrpo.rollout.schedule.StepContext`).
 :class:`~lit_fgrpo.callbacks.RolloutCallback` is the Lightning glue: each hook turns the trainer's state into one
-call here (``take``, ``after_step``, ``evaluation``, ``evaluate``, ``close``, ``state_dict``).
+call here (``take``, ``after_step``, ``evaluation``, ``evaluate``, ``push_if_stale``, ``close``, ``state_dict``).
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ import torch
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.reporting.progress import progress
-from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rewards import resolve_reward
+from lit_fgrpo.rollout.async_schedule import AsyncRollouts
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
 from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.consumer import RolloutConsumer
-from lit_fgrpo.rollout.engine_sync import EngineSync, LogFn
-from lit_fgrpo.rollout.parts import RolloutParts, Schedule, StepContext
-from lit_fgrpo.rollout.rollout_settings import VAL_STREAM, RolloutSettings
-from lit_fgrpo.rollout.schedules import schedule_for
+from lit_fgrpo.rollout.dynamic_schedule import DynamicRollouts
+from lit_fgrpo.rollout.engine_sync import EngineSync
+from lit_fgrpo.rollout.episodes import FIRST_TURN, EpisodeRollouts, environment_reward
+from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, VAL_STREAM, RolloutSettings
+from lit_fgrpo.rollout.schedule import LogFn, RolloutParts, Schedule, StepContext
+from lit_fgrpo.rollout.sync_schedule import SyncRollouts
+
+
+def schedule_for(settings: RolloutSettings) -> Schedule:
+    """The rollout mode of ``settings``: asynchronous with ``max_staleness >= 1``, dynamic with ``dynamic_sampling``,
+    else synchronous (the two are exclusive: :class:`RolloutSettings` refuses both at once)."""
+    if settings.max_staleness > 0:
+        return AsyncRollouts(settings.max_staleness)
+    if settings.dynamic_sampling is not None:
+        return DynamicRollouts(settings.dynamic_sampling)
+    return SyncRollouts()
 
 
 class RolloutSource:
@@ -37,7 +51,7 @@ class RolloutSource:
 
     Args:
         settings: the rollout settings (validated when built).
-        schedule: the rollout mode; default from the settings (:func:`~lit_fgrpo.rollout.schedules.schedule_for`).
+        schedule: the rollout mode; default from the settings (:func:`schedule_for`).
     """
 
     def __init__(self, settings: RolloutSettings, schedule: Schedule | None = None) -> None:
@@ -51,71 +65,65 @@ class RolloutSource:
             settings.sync_probe_rows,
         )
         """The engine, its weight pushes and their check (built at the first use after :meth:`bind`)."""
-        self._reward_funcs = [resolve_reward(name) for name in settings.reward_names]
-        self._correctness = resolve_reward(settings.correctness) if settings.correctness else self._reward_funcs[0]
-        self.collector: RolloutCollector | None = None
-        self._parts: RolloutParts | None = None
+        self._reward_funcs = [reward_function(name) for name in settings.reward_names]
+        self._correctness = reward_function(settings.correctness) if settings.correctness else self._reward_funcs[0]
         self.consumer: RolloutConsumer | None = None
-        self.timer = PhaseTimer()
-        """The consumer's step timer once bound (a private one, never logged, before)."""
-        self.log: LogFn = lambda metrics, step: None
-        self.step = 0
-        """The optimizer step of the call in progress (pushes made from a generator's schedule log at it)."""
+        self._parts: RolloutParts | None = None
 
-    def bind(self, consumer: RolloutConsumer, log: LogFn | None = None) -> None:
-        """Sample from ``consumer.policy``, time into ``consumer.timer``, log push metrics through ``log``."""
-        self.consumer, self.timer = consumer, consumer.timer
-        if log is not None:
-            self.log = log
-        self.engine_sync.bind(consumer, self.log)
+    def bind(self, consumer: RolloutConsumer) -> None:
+        """Sample from ``consumer.policy`` (read when the engine is built: after the module's ``configure_model``)."""
+        if consumer is not self.consumer:
+            self.close()  # an engine built from another module's policy
+        self.consumer = consumer
 
     # ------------------------------------------------------------------ engine
     @property
     def engine(self) -> RolloutEngine | None:
         return self.engine_sync.engine
 
-    def build(self) -> RolloutCollector:
-        """The engine and its collector, built once from the (now configured) policy."""
-        assert self.consumer is not None, "RolloutSource.bind has not run"
-        engine = self.engine_sync.build(self.consumer.policy, self.consumer.tokenizer)
-        if self.collector is None:
-            tokenizer, s = self.consumer.tokenizer, self.settings
-            self.collector = RolloutCollector(
+    @property
+    def last_sync_step(self) -> int:
+        """The global step of the last weight push (-1: none yet)."""
+        return self.engine_sync.last_sync_step
+
+    @property
+    def asynchronous(self) -> AsyncRollouts | None:
+        """The asynchronous schedule (its ``last`` batch handed over: index, version, staleness); None otherwise."""
+        return self.schedule if isinstance(self.schedule, AsyncRollouts) else None
+
+    def build(self) -> RolloutParts:
+        """The engine, its collector and the schedule's parts, built once from the (now configured) policy."""
+        if self._parts is None:
+            assert self.consumer is not None, "RolloutSource.bind has not run"
+            consumer, s = self.consumer, self.settings
+            # episodes first: a chat template that cannot hold the environment's turns stops before the engine starts
+            episodes = None
+            if s.environment_factory is not None:
+                episodes = EpisodeRollouts.build(s, consumer.tokenizer, consumer.policy)
+            engine = self.engine_sync.build(consumer.policy, consumer.tokenizer)
+            collector = RolloutCollector(
                 engine,
-                tokenizer,
+                consumer.tokenizer,
                 self._reward_funcs,
                 s.reward_weights,
                 self._correctness,
                 s.correct_threshold,
-                pad_id_of(tokenizer),
+                pad_id_of(consumer.tokenizer),
                 s.mask_truncated_completions,
                 reward_timeout=s.reward_timeout,
                 reward_isolation=s.reward_isolation,
+                episodes=episodes,
             )
-            self.engine_sync.collector = self.collector  # its last rollout is the next push's probe
-        return self.collector
-
-    def parts(self) -> RolloutParts:
-        """The parts handed to the schedule (built with the engine; the step and timer of the call in progress)."""
-        collector = self.build()
-        assert self.consumer is not None
-        if self._parts is None or self._parts.collector is not collector:
-            self._parts = RolloutParts(
-                self.settings, self.engine_sync, collector, self.consumer, self.timer, self.settings.train_sampling()
-            )
-        self._parts.timer, self._parts.consumer, self._parts.step = self.timer, self.consumer, self.step
+            self._parts = RolloutParts(s, self.engine_sync, collector, consumer.group_weight, s.train_sampling())
         return self._parts
 
-    def push(self, step: int) -> None:
-        """Push the policy's weights into the engine and check them; the metrics are logged at ``step``."""
-        self.build()
-        self.engine_sync.sync(step)
-
-    def ensure_synced(self, step: int, prompt_ids: list[list[int]], evaluation_in_fit: bool = False) -> None:
-        """Push before sampling when the engine may be behind the policy (stale, or for an evaluation during fit,
-        optimizer steps since the last push); ``prompt_ids`` give a probe when no rollout has yet."""
-        self.build()
-        self.engine_sync.ensure_synced(step, prompt_ids, evaluation_in_fit)
+    def push_if_stale(self, call: StepContext, prompt_ids: list[list[int]]) -> None:
+        """Push now when the engine may hold other weights than the policy (a warm start, a restore); probed on the
+        last rollout's rows, else on ``prompt_ids``; the metrics are logged at the call's step."""
+        parts = self.build()
+        metrics = parts.engine_sync.ensure_synced(call.step, parts.collector.last, prompt_ids)
+        if metrics is not None:
+            call.log(metrics, call.step)
 
     # ------------------------------------------------------------------ sampling
     def collect(self, records: Sequence[Any], sampling: SamplingConfig, step: int, stream: int) -> RolloutBatch:
@@ -123,26 +131,25 @@ class RolloutSource:
 
         ``step`` and ``stream`` seed each prompt (see :meth:`lit_fgrpo.rollout.collect.RolloutCollector.collect`).
         """
-        return self.build().collect(list(records), sampling, step=step, stream=stream)
+        return self.build().collector.collect(list(records), sampling, step=step, stream=stream)
 
-    def take(self, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
+    def take(self, batch: PromptBatch, call: StepContext) -> RolloutBatch:
         """The rollout to train on for Lightning's training batch (by this source's schedule)."""
-        self.step = ctx.step
-        return self.schedule.take(self.parts(), batch, ctx)
+        return self.schedule.take(self.build(), batch, call)
 
-    def after_step(self, step: int) -> None:
-        """After a training batch's optimizer steps: push the weights as the schedule says."""
-        self.step = step
-        self.schedule.after_step(self.parts(), step)
+    def after_step(self, call: StepContext) -> None:
+        """After a training batch's optimizer steps (``call.step``): push the weights as the schedule says."""
+        self.schedule.after_step(self.build(), call)
 
-    def evaluation(self, batch: PromptBatch, step: int, stream: int, in_fit: bool) -> RolloutBatch:
-        """A validation/test batch with the evaluation sampling, on weights that are the policy's."""
-        self.step = step
-        if self._parts is not None:
-            self._parts.step = step  # a push made while evaluating logs at this step
+    def evaluation(self, batch: PromptBatch, call: StepContext, stream: int, in_fit: bool) -> RolloutBatch:
+        """A validation/test batch with the evaluation sampling, on weights that are the policy's (a push made for
+        it is logged at the call's step)."""
+        parts = self.build()
         with self.schedule.paused():
-            self.ensure_synced(step, batch.prompt_ids, evaluation_in_fit=in_fit)
-            return self.collect(batch.records, self.settings.eval_sampling(), step, stream)
+            metrics = parts.engine_sync.ensure_synced(call.step, parts.collector.last, batch.prompt_ids, in_fit)
+            if metrics is not None:
+                call.log(metrics, call.step)
+            return self.collect(batch.records, self.settings.eval_sampling(), call.step, stream)
 
     def finish_evaluation(self) -> None:
         """This rank's evaluation pass is over. An engine the ranks share keeps serving the other ranks' remaining
@@ -155,39 +162,58 @@ class RolloutSource:
     def evaluate(
         self, batches: Iterable[Sequence[Any]], ks: list[int], step: int, device: torch.device | str = "cpu"
     ) -> dict[str, float]:
-        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt).
+        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt); with an
+        environment also ``correct_first_turn``, the share of episodes right at their first reply.
 
         ``device`` is the module's: the metric's states are reduced across ranks on the trainer's process group,
         and NCCL reduces CUDA tensors only.
         """
+        from torchmetrics.aggregation import MeanMetric
+
         metric = PassAtK(list(ks)).to(device)
+        first_turn = MeanMetric().to(device)
         batches = list(batches)
         # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.reporting.progress)
         with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
             for records in batches:
                 rollout = self.collect(list(records), self.settings.eval_sampling(), step, VAL_STREAM)
                 metric.update(rollout.correct.to(device))
+                if FIRST_TURN in rollout.stats:
+                    first_turn.update(rollout.stats[FIRST_TURN], weight=rollout.correct.numel())
                 bar.update(1)
         self.finish_evaluation()
         if float(metric.num_problems) == 0:
             return {}
         result = metric.compute()
         assert isinstance(result, dict)
-        return {name: float(value) for name, value in result.items()}
+        values = {name: float(value) for name, value in result.items()}
+        if self.settings.environment_factory is not None:
+            values[FIRST_TURN] = float(first_turn.compute())
+        return values
 
     # ------------------------------------------------------------------ life cycle
     def start(self, data: Any) -> None:
         """A fit starts: the engine is built and marked stale (a warm start or a restore changes the policy after
         it), and the schedule checks the data module and the engine."""
-        parts = self.parts()
+        parts = self.build()
         self.engine_sync.stale = True
         self.schedule.start(parts, data)
+
+    def prepare(self, restored: bool) -> None:
+        """An evaluation stage starts: the engine is built; ``restored``: a checkpoint was loaded after the build
+        (``validate``/``test`` with ``ckpt_path``), so the next evaluation batch pushes first."""
+        self.build()
+        self.engine_sync.stale |= restored
+
+    def stop(self) -> None:
+        """Stop generating ahead (a generator thread must not outlive a failed run); the engine stays."""
+        self.schedule.close()
 
     def close(self) -> None:
         """Stop generating, then shut the engine down (a later use builds a new one)."""
         self.schedule.close()
         self.engine_sync.close()
-        self.collector = self._parts = None
+        self._parts = None
 
     def state_dict(self) -> dict[str, Any]:
         return {"last_sync_step": self.engine_sync.last_sync_step} | self.schedule.state_dict()
@@ -196,6 +222,12 @@ class RolloutSource:
         self.engine_sync.last_sync_step = int(state.get("last_sync_step", -1))
         self.engine_sync.stale = True  # the policy is being restored; the engine holds the weights it was built from
         self.schedule.load_state_dict(state)
+
+
+def reward_function(name: str) -> Any:
+    """A reward function by name: ``environment`` is the environment's ``get_reward()``, any other name or path goes
+    through :func:`~lit_fgrpo.rewards.resolve_reward`."""
+    return environment_reward if name == ENVIRONMENT_REWARD else resolve_reward(name)
 
 
 def validation_batches(datamodule: Any) -> list[Any]:
@@ -208,4 +240,4 @@ def validation_batches(datamodule: Any) -> list[Any]:
     return list(datamodule.val_dataloader())
 
 
-__all__ = ["LogFn", "RolloutSource", "Schedule", "StepContext", "validation_batches"]
+__all__ = ["LogFn", "RolloutSource", "Schedule", "StepContext", "schedule_for", "validation_batches"]

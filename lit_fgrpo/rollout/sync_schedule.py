@@ -14,8 +14,8 @@ from typing import Any
 
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
-from lit_fgrpo.rollout.parts import RolloutParts, StepContext
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM
+from lit_fgrpo.rollout.schedule import RolloutParts, StepContext
 
 
 class SyncRollouts:
@@ -24,30 +24,35 @@ class SyncRollouts:
     def start(self, parts: RolloutParts, data: Any) -> None:
         """Nothing to check: any data module whose batches are prompt records will do."""
 
-    def sample(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> RolloutBatch:
+    def sample(self, parts: RolloutParts, batch: PromptBatch, call: StepContext) -> RolloutBatch:
         """The scored groups of the loader's prompts, seeded by the step."""
         # Every rank runs the same training batches: a rollout that raises on one rank stops them all.
-        with fail_together(f"the rollout at step {ctx.step}"):
-            return parts.collector.collect(batch.records, parts.train_sampling, step=ctx.step, stream=TRAIN_STREAM)
+        with fail_together(f"the rollout at step {call.step}"):
+            return parts.collector.collect(batch.records, parts.train_sampling, step=call.step, stream=TRAIN_STREAM)
 
-    def take(self, parts: RolloutParts, batch: PromptBatch, ctx: StepContext) -> tuple[RolloutBatch, dict[str, float]]:
-        timer = parts.timer
+    def take(self, parts: RolloutParts, batch: PromptBatch, call: StepContext) -> RolloutBatch:
+        timer, sync = call.timer, parts.engine_sync
         with timer.phase("sync"):
-            parts.engine_sync.ensure_synced(ctx.step, batch.prompt_ids)
+            if sync.stale:  # a warm start or a restore changed the policy after the last push
+                call.log(sync.push(call.step, parts.collector.last, batch.prompt_ids), call.step)
         start = time.perf_counter()
-        rollout = self.sample(parts, batch, ctx)
+        rollout = self.sample(parts, batch, call)
         # The collector times generation itself; the rest of collecting (decoding, rewards, packing) is "reward".
         generate = rollout.stats.get("generation_seconds", 0.0)
         timer.add("generate", generate)
         timer.add("reward", time.perf_counter() - start - generate)
-        timer.add_tokens("generate", sum(len(ids) for ids in rollout.completion_ids))
+        sampled = sum(len(ids) for ids in rollout.completion_ids)
+        if rollout.conversations:  # a multi-turn row's completion also holds its environment's tokens
+            sampled = int(rollout.stats["generated_tokens"])
+        timer.add_tokens("generate", sampled)
         parts.collector.engine.sleep()  # the optimizer step needs the memory; the next push or generation wakes the engine
-        return rollout, {}
+        return rollout
 
-    def after_step(self, parts: RolloutParts, step: int) -> None:
-        if step - parts.engine_sync.last_sync_step >= parts.settings.sync_every:
-            with parts.timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
-                parts.engine_sync.sync(step)
+    def after_step(self, parts: RolloutParts, call: StepContext) -> None:
+        sync = parts.engine_sync
+        if call.step - sync.last_sync_step >= parts.settings.sync_every:
+            with call.timer.phase("sync"):  # logged on this step by the module's on_train_batch_end
+                call.log(sync.push(call.step, parts.collector.last), call.step)
 
     def paused(self) -> AbstractContextManager[Any]:
         return nullcontext()

@@ -6,7 +6,7 @@ only when the worker has joined) while it joins as rank 0 itself (another thread
 interrupted), and waits for both at most ``push_timeout_s``. A group that does not form is one
 :class:`~lit_fgrpo.servers.errors.ServerError` naming the server's URL, the store's address and port and what
 failed, never a silent hang. A push: the layout goes as JSON through ``/collective_rpc receive_weights`` (thread)
-while the trainer broadcasts the buckets (:mod:`~lit_fgrpo.servers.wire`); a broadcast is polled, so a worker
+while the trainer broadcasts the buckets (:mod:`~lit_fgrpo.engines.weight_wire`); a broadcast is polled, so a worker
 that fails mid-push ends the push at once with its error. A group that failed is dropped, and the next push to that
 server forms a new one (so does a restarted server, before it gets weights).
 """
@@ -24,11 +24,11 @@ from urllib.parse import urlsplit
 import torch
 import torch.distributed as dist
 
+from lit_fgrpo.engines.weight_wire import Backend, Bucket, layout_json, open_group, pack, plan_buckets, start_broadcast
+from lit_fgrpo.engines.weight_wire import finish as finish_work
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.servers.client import ServerClient
 from lit_fgrpo.servers.errors import ServerError
-from lit_fgrpo.servers.wire import Backend, Bucket, layout_json, open_group, pack, plan_buckets, start_broadcast
-from lit_fgrpo.servers.wire import finish as finish_work
 
 JOIN_GRACE_S = 5.0
 """Slack over ``push_timeout_s`` for the HTTP answer of a call whose collective side has timed out already."""

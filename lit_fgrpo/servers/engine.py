@@ -31,7 +31,7 @@ from torch import nn
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.sync_check import WeightSyncError, check_logprob_gap
 from lit_fgrpo.engines.vllm_worker import merged_lora, policy_state_dict
-from lit_fgrpo.servers import protocol
+from lit_fgrpo.servers import completions_api
 from lit_fgrpo.servers.adapters import adapter_name, adapter_rank, write_adapter
 from lit_fgrpo.servers.client import ServerRequestError
 from lit_fgrpo.servers.collective import PushGroups, resolve_backend
@@ -65,6 +65,8 @@ class ServerEngine(RolloutEngine):
         model_name: the served (base) model name.
         lora: push a PEFT policy's adapter alone (True) rather than the merged model.
     """
+
+    has_own_weights = True  # the servers hold their own copies, changed only by sync_weights
 
     def __init__(
         self,
@@ -137,7 +139,7 @@ class ServerEngine(RolloutEngine):
         stops = [] if self.eos_token_id is None else [int(self.eos_token_id)]
         return stops + [int(s) for s in sampling.stop_token_ids if int(s) not in stops]
 
-    def _run(self, bodies: list[protocol.Json], parse: Any, what: str) -> list[Any]:
+    def _run(self, bodies: list[completions_api.Json], parse: Any, what: str) -> list[Any]:
         return run_requests(
             self.fleet,
             COMPLETIONS,
@@ -163,8 +165,8 @@ class ServerEngine(RolloutEngine):
         stops = self._stop_ids(sampling)
         with self._lock:
             model = self.request_model
-            bodies = [protocol.sample_body(model, p, sampling, stops, s) for p, s in zip(prompt_ids, per_prompt)]
-            answers = self._run(bodies, lambda r: protocol.parse_samples(r, sampling.n), "the rollout")
+            bodies = [completions_api.sample_body(model, p, sampling, stops, s) for p, s in zip(prompt_ids, per_prompt)]
+            answers = self._run(bodies, lambda r: completions_api.parse_samples(r, sampling.n), "the rollout")
         rows = [row for answer in answers for row in answer]
         return Generation(
             completion_ids=[ids for ids, _, _ in rows],
@@ -179,10 +181,10 @@ class ServerEngine(RolloutEngine):
         if temperature != 1.0:
             raise ValueError(f"ServerEngine.score supports temperature=1.0 only, got {temperature}")
         with self._lock:
-            bodies = [protocol.score_body(self.request_model, p, c) for p, c in zip(prompt_ids, completion_ids)]
+            bodies = [completions_api.score_body(self.request_model, p, c) for p, c in zip(prompt_ids, completion_ids)]
             answers = self._run(bodies, lambda r: r, "the weight-sync probe")
         rows = zip(answers, prompt_ids, completion_ids)
-        return [torch.tensor(protocol.parse_scores(a, len(p), c)) for a, p, c in rows]
+        return [torch.tensor(completions_api.parse_scores(a, len(p), c)) for a, p, c in rows]
 
     # ------------------------------------------------------------------ checks
     def server_logprobs(

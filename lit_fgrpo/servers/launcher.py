@@ -1,18 +1,69 @@
-"""Getting servers: the ``vllm serve`` command lines for ``launch: N`` and starting them, or connecting to ``urls``."""
+"""Getting servers: the ``vllm serve`` command lines for ``launch: N`` and starting them, or connecting to ``urls``.
+
+What a launch needs from this machine is checked before any server starts (:func:`check_launch_here`): a server
+pinned to a core this process may not use would otherwise end in the server's own "OSError: [Errno 22] Invalid
+argument" seconds later, a host that is not this machine's or a port in use in a bind error in its log.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import time
 from pathlib import Path
 
+from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.servers.adapters import LORA_ENV, lora_serve_args
 from lit_fgrpo.servers.client import ServerClient
 from lit_fgrpo.servers.errors import ServerError
-from lit_fgrpo.servers.extension import WORKER_EXTENSION
 from lit_fgrpo.servers.fleet import Fleet, Server
 from lit_fgrpo.servers.process import LaunchSpec, free_port, launch_all
-from lit_fgrpo.servers.server_settings import CPU_SERVE_ARGS, ServerSettings
+from lit_fgrpo.servers.server_settings import CPU_SERVE_ARGS, FLAG, ServerSettings
+
+
+def check_launch_here(settings: ServerSettings, ports: bool = True) -> None:
+    """Refuse launch settings this machine cannot run, in one line naming the option and the value: a core outside
+    this process's affinity (``os.sched_getaffinity``), a ``host`` this machine cannot bind, and (with ``ports``) a
+    port already in use there. Nothing to check for servers given by URL.
+
+    Raises:
+        ConfigError: one line naming ``--rollout.engine_kwargs.<key>``.
+    """
+    if not settings.launch:
+        return
+    if settings.cores and hasattr(os, "sched_getaffinity"):
+        usable = sorted(os.sched_getaffinity(0))
+        for i, cores in enumerate(settings.cores):
+            missing = sorted(set(cores) - set(usable))
+            if missing:
+                raise ConfigError(
+                    f"{FLAG}.cores[{i}] names core(s) {missing} that this process cannot use; it may run on "
+                    f"{_core_ranges(usable)}"
+                )
+    try:
+        free_port(settings.host)
+    except OSError as exc:  # socket.gaierror included: a name that does not resolve
+        raise ConfigError(f"{FLAG}.host {settings.host!r} cannot be bound on this machine ({exc.strerror})") from None
+    for i, port in enumerate(settings.ports if ports else ()):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
+            try:
+                sock.bind((settings.host, port))
+            except OSError as exc:
+                raise ConfigError(f"{FLAG}.ports[{i}] {port} on {settings.host}: {exc.strerror}") from None
+
+
+def _core_ranges(cores: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"cores 0-2, 5"``."""
+    spans: list[list[int]] = []
+    for core in cores:
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return "cores " + ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def serve_args(settings: ServerSettings, lora_rank: int = 0) -> tuple[str, ...]:
@@ -65,8 +116,10 @@ def launch_servers(settings: ServerSettings, model_dir: Path, log_dir: Path, lor
     all are healthy.
 
     Raises:
+        ConfigError: the settings cannot run on this machine (:func:`check_launch_here`); no server was started.
         ServerError: a server exited or was not healthy within ``startup_timeout_s`` (all are stopped).
     """
+    check_launch_here(settings)
     start = time.monotonic()
     processes = launch_all(launch_specs(settings, model_dir, log_dir, lora_rank), settings.startup_timeout_s)
     urls = ", ".join(p.url for p in processes)

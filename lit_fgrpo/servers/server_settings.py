@@ -1,15 +1,22 @@
 """``ServerSettings``: what the ``vllm_server`` engine reads from ``RolloutCallback.engine_kwargs``.
 
 Either ``urls`` (servers someone else started) or ``launch: N`` (N servers started, watched and stopped by us).
-An unknown key is refused with one line naming it and the known ones, so a typo cannot silently fall back to a
-default.
+Every option is checked when the settings are built, before any server starts: an unknown key is refused with one
+line naming it and the known ones (a typo cannot silently fall back to a default), a value of the wrong type or out of
+range with one line naming ``--rollout.engine_kwargs.<key>`` and the value (the server count, one port and one core
+list per launched server, URLs of the form ``http://host:port``, lengths and timeouts). What depends on the machine
+(cores this process may use, the host's address, free ports) is checked by
+:func:`~lit_fgrpo.servers.launcher.check_launch_here`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_type_hints
+from urllib.parse import urlsplit
 
 from lit_fgrpo.errors import ConfigError
 
@@ -98,30 +105,30 @@ class ServerSettings:
     the trainer's route to each server (127.0.0.1 for launched ones)."""
 
     def __post_init__(self) -> None:
-        if bool(self.urls) == (self.launch > 0):
-            raise ConfigError("engine 'vllm_server' needs exactly one of engine_kwargs.urls or engine_kwargs.launch")
-        if self.launch < 0:
-            raise ConfigError(f"engine_kwargs.launch must be >= 0, got {self.launch}")
-        if self.ports and len(self.ports) != self.launch:
-            raise ConfigError(f"engine_kwargs.ports has {len(self.ports)} ports for launch={self.launch} servers")
-        if self.cores and len(self.cores) != self.launch:
-            raise ConfigError(f"engine_kwargs.cores has {len(self.cores)} core lists for launch={self.launch} servers")
-        if self.max_attempts < 1 or self.max_inflight < 1 or self.restarts < 0:
-            raise ConfigError("engine_kwargs.max_attempts and max_inflight must be >= 1, restarts >= 0")
-        if self.lora not in ("auto", "adapter", "merged"):
-            raise ConfigError(f"engine_kwargs.lora must be 'auto', 'adapter' or 'merged', got {self.lora!r}")
-        if self.max_lora_rank < 0:
-            raise ConfigError(f"engine_kwargs.max_lora_rank must be >= 0, got {self.max_lora_rank}")
-        if self.startup_timeout_s <= 0 or self.request_timeout_s <= 0 or not self.control_timeout_s > 0:
-            raise ConfigError("engine_kwargs.startup_timeout_s, request_timeout_s and control_timeout_s must be > 0")
-        if self.push not in ("directory", "collective"):
-            raise ConfigError(f"engine_kwargs.push must be 'directory' or 'collective', got {self.push!r}")
-        if self.push_backend not in ("auto", "gloo", "nccl"):
-            raise ConfigError(f"engine_kwargs.push_backend must be 'auto', 'gloo' or 'nccl', got {self.push_backend!r}")
-        if not self.push_timeout_s > 0:
-            raise ConfigError(f"engine_kwargs.push_timeout_s must be > 0, got {self.push_timeout_s}")
+        _check_counts(self)
+        for i, url in enumerate(self.urls):
+            check_url(f"{FLAG}.urls[{i}]", url)
+        if len(set(url.rstrip("/") for url in self.urls)) < len(self.urls):
+            raise ConfigError(f"{FLAG}.urls names a server twice: {list(self.urls)}")
+        if not self.host.strip():
+            raise ConfigError(f"{FLAG}.host must be an address to bind launched servers to, got an empty string")
+        for name in ("max_attempts", "max_inflight", "kv_cache_gib"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{FLAG}.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("restarts", "max_lora_rank"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{FLAG}.{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ConfigError(f"{FLAG}.max_model_len must be >= 1 (or null: the model's own), got {self.max_model_len}")
+        for name in ("startup_timeout_s", "request_timeout_s", "control_timeout_s", "push_timeout_s"):
+            if not getattr(self, name) > 0:  # also refuses NaN
+                raise ConfigError(f"{FLAG}.{name} must be > 0, got {getattr(self, name)}")
+        for name, choices in (("lora", LORA_PUSHES), ("push", PUSHES), ("push_backend", PUSH_BACKENDS)):
+            if getattr(self, name) not in choices:
+                allowed = ", ".join(repr(c) for c in choices)
+                raise ConfigError(f"{FLAG}.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.push_host is not None and not self.push_host.strip():
-            raise ConfigError("engine_kwargs.push_host must be an address or null, got an empty string")
+            raise ConfigError(f"{FLAG}.push_host must be an address or null, got an empty string")
 
     @property
     def served_name(self) -> str | None:
@@ -137,21 +144,126 @@ class ServerSettings:
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> ServerSettings:
-        """Validate ``engine_kwargs``: lists become tuples; an unknown key raises one line listing the known ones.
+        """Validate ``engine_kwargs``: lists become tuples; an unknown key or a value of the wrong type raises one
+        line naming the key (``--rollout.engine_kwargs.<key>``) and the value.
 
         Raises:
-            ConfigError: an unknown key, or a value :meth:`__post_init__` refuses.
+            ConfigError: an unknown key, a value of the wrong type, or a value :meth:`__post_init__` refuses.
         """
+        if not isinstance(kwargs, Mapping):
+            raise ConfigError(f"{FLAG} must be a mapping of server options, got {kwargs!r}")
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(kwargs) - set(known))
         if unknown:
-            raise ConfigError(f"engine 'vllm_server' got unknown engine_kwargs {unknown}; known: {', '.join(known)}")
-        values = dict(kwargs)
-        for key in ("urls", "ports", "extra_args"):
-            if key in values:
-                values[key] = tuple(values[key])
-        if "cores" in values:
-            values["cores"] = tuple(tuple(int(c) for c in group) for group in values["cores"])
-        if "extra_env" in values:
-            values["extra_env"] = {str(k): str(v) for k, v in dict(values["extra_env"]).items()}
-        return cls(**values)
+            raise ConfigError(f"{FLAG}: {unknown} are not options of engine 'vllm_server'; known: {', '.join(known)}")
+        return cls(**{key: _typed(key, value) for key, value in kwargs.items()})
+
+
+FLAG = "--rollout.engine_kwargs"
+"""How messages name the server options (``rollout: {engine_kwargs: {launch: 2}}`` in a config)."""
+LORA_PUSHES = get_args(get_type_hints(ServerSettings)["lora"])
+PUSHES = get_args(get_type_hints(ServerSettings)["push"])
+PUSH_BACKENDS = get_args(get_type_hints(ServerSettings)["push_backend"])
+_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "int": int,
+    "float": (int, float),
+    "bool": bool,
+    "str": str,
+}
+
+
+def _typed(key: str, value: Any) -> Any:
+    """``value`` of the option ``key`` as the dataclass holds it (lists as tuples), or one line saying what is wrong."""
+    flag = f"{FLAG}.{key}"
+    if key in ("urls", "extra_args"):
+        return tuple(_scalar(f"{flag}[{i}]", item, str, "a string") for i, item in enumerate(_listed(flag, value)))
+    if key == "ports":
+        return tuple(_port(f"{flag}[{i}]", item) for i, item in enumerate(_listed(flag, value)))
+    if key == "cores":
+        what = "a list of core lists, one per server (e.g. [[0], [1]])"
+        groups = _listed(flag, value, what)
+        if any(isinstance(group, int) for group in groups):
+            raise ConfigError(f"{flag} must be {what}, got {value!r}")
+        return tuple(_core_list(f"{flag}[{i}]", group) for i, group in enumerate(groups))
+    if key == "extra_env":
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{flag} must be a mapping of environment variables, got {value!r}")
+        return {str(k): str(v) for k, v in value.items()}
+    hint = str(get_type_hints(ServerSettings)[key])
+    if value is None and "None" in hint:
+        return None
+    for name, kind in _SCALARS.items():
+        if re.search(rf"\b{name}\b", hint):
+            return _scalar(flag, value, kind, {"int": "an integer", "float": "a number"}.get(name, f"a {name}"))
+    return value  # Literal choices: checked by __post_init__
+
+
+def _listed(flag: str, value: Any, what: str = "a list") -> list[Any]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Sequence):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    return list(value)
+
+
+def _scalar(flag: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    # bool is an int in Python; an option that takes a number never means True.
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise ConfigError(f"{flag} must be {what}, got {value!r}")
+    return value
+
+
+def _port(flag: str, value: Any) -> int:
+    port = _scalar(flag, value, int, "a port number")
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{flag} must be a port in 1..65535, got {port}")
+    return int(port)
+
+
+def _core_list(flag: str, group: Any) -> tuple[int, ...]:
+    cores = tuple(_scalar(f"{flag}[{j}]", core, int, "a core index") for j, core in enumerate(_listed(flag, group)))
+    if not cores:
+        raise ConfigError(f"{flag} is empty: give the cores of this server (or leave cores unset for none)")
+    if any(core < 0 for core in cores):
+        raise ConfigError(f"{flag} must hold core indices >= 0, got {list(cores)}")
+    return cores
+
+
+def _check_counts(settings: ServerSettings) -> None:
+    """The server count and the lists that go with it: exactly one of ``urls`` and ``launch``, one port and one core
+    list per launched server, each port once."""
+    launch, urls = settings.launch, settings.urls
+    if launch < 0:
+        raise ConfigError(f"{FLAG}.launch must be >= 0 (the number of servers to start here), got {launch}")
+    if launch and urls:
+        raise ConfigError(
+            f"{FLAG}.launch={launch} and {FLAG}.urls ({len(urls)}) exclude each other: start servers here or use "
+            "running ones"
+        )
+    if not launch and not urls:
+        raise ConfigError(
+            f"--rollout.engine vllm_server needs servers: {FLAG}.launch N (start N here) or {FLAG}.urls [...] "
+            "(servers already running); got neither"
+        )
+    for name in ("ports", "cores"):
+        given = getattr(settings, name)
+        if given and len(given) != launch:
+            what = "launch=0 (urls are given)" if not launch else f"launch={launch}"
+            raise ConfigError(f"{FLAG}.{name} has {len(given)} entries for {what}: give one per launched server")
+    if len(set(settings.ports)) < len(settings.ports):
+        raise ConfigError(f"{FLAG}.ports names a port twice: {list(settings.ports)}")
+
+
+def check_url(flag: str, url: str) -> None:
+    """Refuse a server URL that is not ``http(s)://host[:port]`` (a path such as ``/v1`` included), naming ``flag``.
+
+    Raises:
+        ConfigError: one line with the flag and the URL.
+    """
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a port out of range or not a number)
+    except ValueError:
+        raise ConfigError(f"{flag} {url!r} has no valid port (http://host:port)") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{flag} {url!r} is not a server URL: give http://host:port")
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        raise ConfigError(f"{flag} {url!r} has a path: give the server's base URL, http://{parts.netloc}")

@@ -16,13 +16,13 @@ from typing import Any
 
 from torch import nn
 
+from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION
 from lit_fgrpo.servers.client import ServerClient, ServerRequestError
 from lit_fgrpo.servers.errors import ServerError
-from lit_fgrpo.servers.extension import WORKER_EXTENSION
 
 
 def served_shape(client: ServerClient) -> dict[str, Any]:
-    """The served model's shape (:meth:`~lit_fgrpo.servers.extension.WeightReceiver.model_info`).
+    """The served model's shape (:meth:`~lit_fgrpo.engines.vllm_worker.WeightReceiver.model_info`).
 
     Raises:
         ServerError: the server cannot take weight pushes (no dev-mode routes, or not our worker extension).

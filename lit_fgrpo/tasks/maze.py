@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.settings_mapping import check_int
+
 MAZE_VOCAB: list[str] = [
     "<pad>", "<bos>", "<eos>", "<unk>", "GRID_START", "GRID_END", "PATH_START", "DONE", "PATH", "WALL",
     "GOAL", "START", "NEWLINE", "UP", "DOWN", "LEFT", "RIGHT",
@@ -31,20 +34,26 @@ Cell = tuple[int, int]
 
 @dataclass(frozen=True)
 class MazeConfig:
-    """Size and prompt layout of a maze family."""
+    """Size and prompt layout of a maze family: the ``maze`` task's settings (``--data.maze.rows 5``)."""
 
     rows: int = 4
-    """Number of cell rows ``R`` (the full token grid has ``2R+1`` rows)."""
+    """Maze cell rows ``R`` (the token grid has ``2R+1`` rows)."""
     cols: int = 4
-    """Number of cell columns ``C`` (the full token grid has ``2C+1`` columns)."""
+    """Maze cell columns ``C`` (the token grid has ``2C+1`` columns)."""
     newline_tokens: bool = True
     """End every prompt row with a ``NEWLINE`` token."""
     border_walls: bool = True
     """Write the outer wall border in the prompt (dropping it shortens a 5x5 prompt from 136 to 85 tokens)."""
 
     def __post_init__(self) -> None:
-        if self.rows < 1 or self.cols < 1 or self.rows * self.cols < 2:
-            raise ValueError(f"need at least two cells, got {self.rows}x{self.cols}")
+        flag = "--data.maze"
+        check_int(f"{flag}.rows", self.rows, 1)
+        check_int(f"{flag}.cols", self.cols, 1)
+        if self.rows * self.cols < 2:
+            raise ConfigError(f"{flag}.rows x cols must give at least two cells (a start and a goal), got 1x1")
+        for name in ("newline_tokens", "border_walls"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{flag}.{name}: expected true or false, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)

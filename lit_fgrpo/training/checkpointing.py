@@ -111,12 +111,6 @@ def checkpoint_dirs(trainer: Any) -> list[Path]:
     return folders
 
 
-def newest_readable(folders: list[Path]) -> tuple[Path, dict[str, Any]] | None:
-    """The newest ``*.ckpt`` under ``folders`` that loads, or ``None``; see :func:`newest_readable_or_skipped`."""
-    found, _ = newest_readable_or_skipped(folders)
-    return found
-
-
 def newest_readable_or_skipped(
     folders: list[Path],
 ) -> tuple[tuple[Path, dict[str, Any]] | None, list[CheckpointError]]:
@@ -178,11 +172,10 @@ def compare_settings(saved: dict[str, Any], config: dict[str, Any], prefix: str,
     if prefix == "model":  # compared per setting of each group; a checkpoint from before the groups is migrated
         saved, config = _leaves(grouped_settings(saved)), _leaves(grouped_settings(config))
     elif prefix == "data":  # the data module's groups, likewise
-        from lit_fgrpo.data.data_settings import GROUPS as DATA_GROUPS
-        from lit_fgrpo.data.data_settings import grouped_data_settings
+        from lit_fgrpo.data.data_settings import grouped_data_settings, settings_groups
 
-        saved = _leaves(grouped_data_settings(saved), DATA_GROUPS)
-        config = _leaves(grouped_data_settings(config), DATA_GROUPS)
+        saved = _leaves(grouped_data_settings(saved), settings_groups())
+        config = _leaves(grouped_data_settings(config), settings_groups())
     differences = []
     for key in sorted(set(saved) & set(config)):
         if saved[key] == config[key]:

@@ -6,13 +6,17 @@ goes through the model:
 
 * rows whose advantage is 0 are left out when they cannot contribute (no KL term): their loss and gradient are 0;
 * rows are sorted by completion length (stably), so a micro-batch holds rows of similar length;
-* each micro-batch is cut to its own longest completion (``width``), and :func:`trim_rows` drops the prompt
-  columns that are padding in every row of it.
+* each micro-batch is cut to its own longest completion (``width``), and the prompt columns that are padding in
+  every row of it are dropped (:func:`kept_columns`).
+
+:func:`plan_step` cuts a whole rollout at once: its mini-batches (one optimizer step each), their micro-batches and
+each micro-batch's columns, computed once per training step and reused by every pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -28,6 +32,18 @@ class MicroBatch:
     """Completion columns kept: the longest completion among ``rows`` (>= 1)."""
     padding: bool = False
     """A zero-loss backward that only keeps DDP's gradient all-reduces in step (see :func:`padding_micro_batches`)."""
+    columns: slice | None = None
+    """The input (prompt + completion) columns the forward keeps (:func:`kept_columns`); None: every column."""
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    """One optimizer step's rows and their micro-batches."""
+
+    rows: Tensor
+    """(R,) row indices into the rollout: the mini-batch's prompts' groups, in order."""
+    micro_batches: list[MicroBatch]
+    """Its forward/backward passes (none when every row was left out; padding ones last)."""
 
 
 def plan_micro_batches(
@@ -56,9 +72,60 @@ def padding_micro_batches(row: Tensor, count: int) -> list[MicroBatch]:
     return [MicroBatch(row[:1], 1, padding=True) for _ in range(count)]
 
 
+def plan_step(
+    advantages: Tensor,
+    attention_mask: Tensor,
+    completion_length: int,
+    group_size: int,
+    prompts_per_step: int,
+    micro_batch_rows: int,
+    skip_zero_advantage: bool,
+    busiest: Callable[[int], int] | None = None,
+) -> list[MiniBatch]:
+    """The mini-batches of a rollout of ``B = P * G`` rows (prompt-major), each with its micro-batches and columns.
+
+    Args:
+        advantages: (B,) every row's advantage.
+        attention_mask: (B, Tp + T) left-padded prompts then right-padded completions.
+        completion_length: T.
+        group_size: G, rows per prompt.
+        prompts_per_step: prompts per mini-batch (the last one may hold fewer).
+        micro_batch_rows: most rows per micro-batch.
+        skip_zero_advantage: leave out rows whose advantage is exactly 0 (only valid without a KL term).
+        busiest: over several ranks, the most micro-batches any rank has in a mini-batch (a collective, made once
+            per mini-batch by every rank); a rank with fewer adds :func:`padding_micro_batches`. None: one rank.
+    """
+    T = completion_length
+    lengths = attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
+    num_prompts = attention_mask.shape[0] // group_size
+    plan: list[MiniBatch] = []
+    for first in range(0, num_prompts, prompts_per_step):
+        end = min(num_prompts, first + prompts_per_step) * group_size
+        rows = torch.arange(first * group_size, end, device=advantages.device)  # (R,)
+        micro = plan_micro_batches(rows, advantages, lengths, micro_batch_rows, skip_zero_advantage)
+        if busiest is not None:  # DDP all-reduces gradients in every backward: run as many as the busiest rank
+            micro += padding_micro_batches(rows, busiest(len(micro)) - len(micro))
+        cut = [replace(m, columns=kept_columns(attention_mask[m.rows], T, m.width)) for m in micro]
+        plan.append(MiniBatch(rows, cut))
+    return plan
+
+
+def kept_columns(attention_mask: Tensor, completion_length: int, width: int) -> slice:
+    """The input columns rows keep: their first ``width`` completion columns, after the prompt columns that are not
+    padding in every row (left-padded prompts). The log-probs of the kept tokens are unchanged.
+
+    Args:
+        attention_mask: (b, Tp + T) of the rows.
+        completion_length: T.
+        width: completion columns to keep (<= T).
+    """
+    prompt_width = attention_mask.shape[1] - completion_length
+    first = int(attention_mask[:, :prompt_width].any(dim=0).long().argmax()) if prompt_width > 0 else 0
+    return slice(first, prompt_width + width)
+
+
 def trim_rows(input_ids: Tensor, attention_mask: Tensor, completion_length: int, width: int) -> tuple[Tensor, Tensor]:
-    """Rows cut to their first ``width`` completion columns and without the prompt's leading columns that are
-    padding in every row (left-padded prompts): the log-probs of the kept tokens are unchanged.
+    """Rows cut to their :func:`kept_columns`.
 
     Args:
         input_ids: (b, Tp + T) prompt then completion ids.
@@ -69,7 +136,5 @@ def trim_rows(input_ids: Tensor, attention_mask: Tensor, completion_length: int,
     Returns:
         ``(input_ids, attention_mask)``, each (b, Tp' + width).
     """
-    prompt_width = input_ids.shape[1] - completion_length
-    first = int(attention_mask[:, :prompt_width].any(dim=0).long().argmax()) if prompt_width > 0 else 0
-    end = prompt_width + width
-    return input_ids[:, first:end], attention_mask[:, first:end]  # (b, Tp' + width)
+    columns = kept_columns(attention_mask, completion_length, width)
+    return input_ids[:, columns], attention_mask[:, columns]  # (b, Tp' + width)

@@ -19,19 +19,18 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import Self, override
 
-from lit_fgrpo.distributed.full_copy import save_sharded_policy
 from lit_fgrpo.distributed.strategy import shard_for_strategy
 from lit_fgrpo.distributed.weight_gather import is_sharded
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.models.lora import LoraSettings
-from lit_fgrpo.models.policy import apply_lora, build_policy, load_tokenizer, save_policy
+from lit_fgrpo.models.policy import apply_lora, build_policy, save_policy, save_sharded_policy
 from lit_fgrpo.objectives import GroupWeight, LossType
-from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.reporting.artifacts import log_policy
 from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch, as_prompt_batch
 from lit_fgrpo.settings_mapping import settings_from
+from lit_fgrpo.tasks.registry import load_tokenizer
 from lit_fgrpo.training.module_settings import (
     GROUPS,
     BatchingSettings,
@@ -41,9 +40,9 @@ from lit_fgrpo.training.module_settings import (
     checkpoint_init_args,
 )
 from lit_fgrpo.training.optimizer import build_adamw, kernel_flags, use_configured_kernel
-from lit_fgrpo.training.pass_at_k_steps import PassAtKSteps
+from lit_fgrpo.training.pass_at_k_steps import PassAtKSteps, held_out_metrics
 from lit_fgrpo.training.update import ImportanceCorrection, PolicyUpdate, UpdateSettings
-from lit_fgrpo.training.update_handles import LightningCollectives, LightningOptimizerStep
+from lit_fgrpo.training.update_handles import LightningCollectives, LightningOptimizerStep, NonFiniteGuard
 
 # The batch seam overrides on_after_batch_transfer on purpose while PromptDataModule (which does not) serves the
 # data; Lightning warns about every module hook of that kind. This one is by design.
@@ -104,9 +103,11 @@ class FGRPOModule(PassAtKSteps):
         self.tokenizer = load_tokenizer(self.policy_settings.tokenizer or self.policy_settings.model or "")
         # The reference lives outside the module tree: never in checkpoints, never in the optimizer.
         self._reference: list[nn.Module] = []
-        self.pass_at_k = PassAtK(sorted(set(val_pass_at_k or [1])))
+        self.held_out = held_out_metrics(sorted(set(val_pass_at_k or [1])))
+        """pass@k for each k, the reward mean and the first-turn share of a held-out epoch (:class:`PassAtKSteps`)."""
         self.timer = PhaseTimer()
         """Wall time per phase of the training batch (the update's and the rollout callback's), logged under ``time/``."""
+        self._fit_update: tuple[PolicyUpdate, LightningOptimizerStep, LightningCollectives] | None = None
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Self:  # type: ignore[override]
@@ -211,6 +212,12 @@ class FGRPOModule(PassAtKSteps):
         for optimizer in self.trainer.optimizers:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             use_configured_kernel(optimizer, kernel_flags(params, o.kernel))
+        # The fit's update and its handles, once: policy, reference, device and optimizer are fixed from here on.
+        self._fit_update = (self.policy_update(), LightningOptimizerStep(self), LightningCollectives(self.trainer))
+
+    @override
+    def on_train_end(self) -> None:
+        self._fit_update = None
 
     @override
     def on_fit_start(self) -> None:
@@ -230,7 +237,7 @@ class FGRPOModule(PassAtKSteps):
     @property
     def pass_at_k_ks(self) -> list[int]:
         """The k values of pass@k logged in validation and test (``val_pass_at_k``), ascending."""
-        return list(self.pass_at_k.ks)
+        return [metric.ks[0] for metric in self.held_out.values() if isinstance(metric, PassAtK)]
 
     @property
     def temperature(self) -> float:
@@ -260,8 +267,9 @@ class FGRPOModule(PassAtKSteps):
     @override
     def training_step(self, batch: PromptBatch, batch_idx: int) -> Tensor:
         """One RL step on the rollout that the rollout callback attached to ``batch``: update, then log."""
-        collectives = LightningCollectives(self._trainer)
-        result = self.policy_update().step(batch.take_rollout(), LightningOptimizerStep(self), collectives)
+        assert self._fit_update is not None, "on_train_start builds the fit's update"
+        update, optimizer, collectives = self._fit_update
+        result = update.step(batch.take_rollout(), optimizer, collectives)
         with self.timer.phase("log"):
             self.log_dict(result.metrics, on_step=True, on_epoch=False, batch_size=result.num_prompts)
             reward = result.metrics["rollout/reward_mean"]

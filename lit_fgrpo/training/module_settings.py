@@ -20,10 +20,20 @@ from typing import IO, Any
 
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.models.lora import LoraSettings, lora_settings
-from lit_fgrpo.objectives.nonfinite import check_skip_limit
 from lit_fgrpo.objectives.objective_settings import ObjectiveSettings
-from lit_fgrpo.settings_mapping import group_flat_settings, saved_hparams
+from lit_fgrpo.settings_mapping import flat_checkpoint_init_args, group_flat_settings
 from lit_fgrpo.training.optimizer import AdamWKernel, check_kernel
+
+
+def check_skip_limit(value: float) -> int:
+    """``value`` as the int limit of non-finite skips in a row (the rule of the non-finite guard).
+
+    Raises:
+        ConfigError: ``--model.optimizer.max_nonfinite_skips must be an integer >= 1, got 0`` (and for 1.5).
+    """
+    if int(value) != value or value < 1:
+        raise ConfigError(f"--model.optimizer.max_nonfinite_skips must be an integer >= 1, got {value}")
+    return int(value)
 
 
 def _finite(flag: str, names: tuple[str, ...], settings: Any) -> None:
@@ -149,21 +159,10 @@ def grouped_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     return group_flat_settings(values, GROUPS, flat, ("val_pass_at_k",), "--model", "FGRPOModule")
 
 
-def is_flat(values: Mapping[str, Any]) -> bool:
-    """Whether ``values`` name a setting flat (``lr``) rather than in its group (``optimizer.lr``)."""
-    return any(key in FLAT_NAMES for key in values)
-
-
 def checkpoint_init_args(checkpoint_path: str | Path | IO[bytes]) -> dict[str, Any]:
-    """The grouped init arguments of a checkpoint with flat hyperparameters (``{}`` for a grouped one).
-
-    A file is memory-mapped, so that only the hyperparameters are read. The result also clears LightningCLI's
-    ``_instantiator``: its parser would refuse the flat names.
-    """
-    saved = saved_hparams(checkpoint_path, "hyper_parameters")
-    if not is_flat(saved):
-        return {}
-    return grouped_settings(saved) | {"_instantiator": None}
+    """The grouped init arguments of a checkpoint with flat hyperparameters (``{}`` for a grouped one);
+    :func:`~lit_fgrpo.settings_mapping.flat_checkpoint_init_args` with the module's names."""
+    return flat_checkpoint_init_args(checkpoint_path, "hyper_parameters", FLAT_NAMES, grouped_settings)
 
 
 __all__ = [
@@ -175,5 +174,4 @@ __all__ = [
     "PolicySettings",
     "checkpoint_init_args",
     "grouped_settings",
-    "is_flat",
 ]

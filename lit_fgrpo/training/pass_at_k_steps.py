@@ -1,50 +1,92 @@
 """``PassAtKSteps``: the validation and test steps of a module whose batches carry scored rollouts.
 
 Each held-out batch arrives with ``batch.rollout`` (attached by :class:`~lit_fgrpo.callbacks.RolloutCallback`); the
-unbiased pass@k of its groups accumulates in ``pass_at_k`` over the epoch and is logged as ``val/pass_at_k`` or
-``test/pass_at_k`` at its end (``val/pass_at_1`` also on the progress bar).
+unbiased pass@k of its groups accumulates over the epoch and is logged as ``val/pass_at_k`` or ``test/pass_at_k``
+at its end (``val/pass_at_1`` also on the progress bar), with the mean reward (``val/reward_mean``). A multi-turn
+episode is solved by its final verdict (the rollout's ``correct``); the share right at their first reply is logged as
+``val/correct_first_turn``.
+
+Every value is logged as a torchmetrics ``Metric`` (:func:`held_out_metrics`), not as a number: Lightning computes
+it at the epoch's end, where torchmetrics sums its states over the ranks first (pass@k over every rank's problems,
+each mean weighted by every rank's prompts or rows), and resets it. A number logged with ``sync_dist=True`` would be
+reduced only under a distributed strategy; in a one-device run beside an in-process vLLM engine (whose own
+one-process group makes Lightning think the run is distributed) Lightning advised ``sync_dist`` on every epoch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import cast
+
 import lightning as L
 import torch
+from torch import Tensor, nn
+from torchmetrics import Metric
 from typing_extensions import override
 
 from lit_fgrpo.metrics import PassAtK
-from lit_fgrpo.rollout.batch import PromptBatch
+from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
+from lit_fgrpo.rollout.episodes import FIRST_TURN
+
+REWARD_MEAN = "reward_mean"
+
+
+class WeightedMean(Metric):
+    """The mean of per-batch values, each weighted by its batch's size; states summed over ranks (NaN propagates:
+    a batch whose rewards are all NaN makes the epoch's mean NaN, as Lightning's own mean did)."""
+
+    full_state_update = False
+    total: Tensor
+    weight: Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("weight", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, value: float, weight: int) -> None:  # type: ignore[override]
+        """Add one batch's mean ``value`` over ``weight`` items."""
+        self.total += float(value) * weight
+        self.weight += weight
+
+    def compute(self) -> Tensor:  # type: ignore[override]
+        """The weighted mean of every batch seen, on every rank."""
+        return (self.total / self.weight).float()
+
+
+def held_out_metrics(ks: Sequence[int]) -> nn.ModuleDict:
+    """One metric per held-out value: ``pass_at_<k>`` for each k (:class:`~lit_fgrpo.metrics.PassAtK`), the reward mean
+    and the first-turn share (:class:`WeightedMean`)."""
+    metrics: dict[str, Metric] = {f"pass_at_{k}": PassAtK(int(k)) for k in ks}
+    return nn.ModuleDict(metrics | {REWARD_MEAN: WeightedMean(), FIRST_TURN: WeightedMean()})
 
 
 class PassAtKSteps(L.LightningModule):
     """Validation/test steps that accumulate and log pass@k (mixed into :class:`~lit_fgrpo.training.module.FGRPOModule`)."""
 
-    pass_at_k: PassAtK
+    held_out: nn.ModuleDict
+    """The held-out metrics (:func:`held_out_metrics`), built by the module."""
+
+    def _log_held_out(self, split: str, rollout: RolloutBatch) -> None:
+        """Update and log (for the epoch's end) every held-out value of one batch under ``{split}/``."""
+        for name, metric in self.held_out.items():
+            if isinstance(metric, PassAtK):
+                metric.update(rollout.correct)
+                self.log(f"{split}/{name}", metric, prog_bar=split == "val" and name == "pass_at_1")
+        if split != "val":
+            return
+        reward_mean = cast(WeightedMean, self.held_out[REWARD_MEAN])
+        reward_mean.update(float(torch.nanmean(rollout.rewards)), rollout.num_prompts)
+        self.log(f"val/{REWARD_MEAN}", reward_mean)
+        if FIRST_TURN in rollout.stats:
+            first_turn = cast(WeightedMean, self.held_out[FIRST_TURN])
+            first_turn.update(float(rollout.stats[FIRST_TURN]), rollout.num_prompts * rollout.group_size)
+            self.log(f"val/{FIRST_TURN}", first_turn)
 
     @override
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        rollout = batch.take_rollout()
-        self.pass_at_k.update(rollout.correct)
-        reward = float(torch.nanmean(rollout.rewards))
-        self.log("val/reward_mean", reward, batch_size=rollout.num_prompts, sync_dist=True)
-
-    def _log_pass_at_k(self, split: str) -> None:
-        """Log ``{split}/pass_at_k`` accumulated over the epoch and reset (nothing when no problem was seen)."""
-        if float(self.pass_at_k.num_problems) == 0:
-            return
-        values = self.pass_at_k.compute()
-        assert isinstance(values, dict)  # built with a list of k
-        for name, value in values.items():
-            self.log(f"{split}/{name}", value.float(), prog_bar=split == "val" and name == "pass_at_1")
-        self.pass_at_k.reset()
-
-    @override
-    def on_validation_epoch_end(self) -> None:
-        self._log_pass_at_k("val")
+        self._log_held_out("val", batch.take_rollout())
 
     @override
     def test_step(self, batch: PromptBatch, batch_idx: int) -> None:
-        self.pass_at_k.update(batch.take_rollout().correct)
-
-    @override
-    def on_test_epoch_end(self) -> None:
-        self._log_pass_at_k("test")
+        self._log_held_out("test", batch.take_rollout())

@@ -1,63 +1,64 @@
 """The statistics logged after each training step (``train/*``, ``rollout/*``, ``focal/*``), over every rank.
 
-The statistics themselves are pure functions of the rollout and the loss pieces (:func:`rollout_stats`,
-:func:`train_stats`, :func:`mismatch_stat`). Each rank holds P / W prompt groups, so its own reward mean, success rate, share of active groups or smallest focal
-weight is not the run's. :func:`global_rollout_stats` gathers the few small per-group tensors of every rank (rewards,
-advantages: (P, G) each, group weights and success rates (P,), plus row lengths) and computes the statistics once on the whole global batch, with
-the same function one process uses: the logged numbers are the same on 1 rank or 16.
+:func:`step_stats` is what the update calls, once per step. The statistics themselves are pure functions of the
+rollout and the loss pieces (:func:`rollout_stats`, :func:`train_stats`, :func:`mismatch_stat`). Each rank holds
+P / W prompt groups, so its own reward mean, success rate, share of active groups or smallest focal weight is not
+the run's. :func:`global_rollout_stats` gathers the few small per-group tensors of every rank (rewards, advantages:
+(P, G) each, group weights and success rates (P,), plus row lengths) through the update's
+:class:`~lit_fgrpo.training.update_handles.Collectives` and computes the statistics once on the whole global batch,
+with the same function one process uses: the logged numbers are the same on 1 rank or 16. The collector's own
+statistics combine by the rules the rollout side declares (:mod:`lit_fgrpo.rollout.collector_stats`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from lit_fgrpo.distributed.collectives import gather_objects
 from lit_fgrpo.objectives.advantages import GroupAdvantages
 from lit_fgrpo.objectives.mismatch import logprob_mismatch
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.group_filter import keep_rate
+from lit_fgrpo.rollout.collector_stats import RECOMPUTED_RATES, SUMMED_PREFIXES, SUMMED_STATS
 
-SUMMED_STATS = (
-    "tokens_per_s",
-    "generated_tokens",
-    "dynamic_prompts_drawn",
-    "dynamic_prompts_skipped",
-    "dynamic_groups_informative",
-    "dynamic_groups_kept",
-    "dynamic_groups_padded",
-)
-"""Collector statistics that add up over ranks (throughput, counts); ``failed_*`` counts add up too, the rest are
-means."""
+Gather = Callable[[Any], list[Any]]
+"""``gather(obj)``: every rank's ``obj`` in rank order (:meth:`~lit_fgrpo.training.update_handles.Collectives.gather`)."""
 
 
-def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """``rollout/<key>`` of the collector's statistics: counts and throughput summed, rates and means averaged.
+def step_stats(
+    pieces: Sequence[dict[str, Tensor]],
+    rollout: RolloutBatch,
+    grouped: GroupAdvantages,
+    old_logp: Tensor | None,
+    gather: Gather,
+    *,
+    num_steps: int,
+    tokens_per_s: float,
+    nonfinite_skips: int,
+) -> dict[str, float]:
+    """Every statistic of one training step: :func:`train_stats` of the loss pieces, :func:`global_rollout_stats`
+    over all ranks (a collective: every rank calls this once per step) and :func:`mismatch_stat`.
 
-    Ranks hold equally many rows, so the mean of per-rank rates is the global rate. Dynamic sampling's keep rate
-    (informative groups per generated prompt) is the exception: ranks generate different numbers of prompts, so it
-    is recomputed from the summed counts.
+    Args:
+        pieces: the loss pieces of every micro-batch of the step.
+        rollout: this rank's rollout, as trained on (its tensors on the training device).
+        grouped: its advantages, group weights and success rates as trained on.
+        old_logp: (B, T) stored old log-probs, None when the step computed none (one pass, one optimizer step).
+        gather: the update's gather over ranks.
+        num_steps: optimizer steps of the training step (passes x mini-batches).
+        tokens_per_s: trained tokens per second of forward, backward and optimizer time.
+        nonfinite_skips: optimizer steps the non-finite guard skipped so far in the run.
     """
-    keys = sorted({key for stats in per_rank for key in stats})
-    out: dict[str, float] = {}
-    for key in keys:
-        values = [float(stats[key]) for stats in per_rank if key in stats]
-        summed = key.startswith("failed_") or key in SUMMED_STATS
-        out[f"rollout/{key}"] = sum(values) if summed else sum(values) / len(values)
-    if "rollout/dynamic_keep_rate" in out and "rollout/dynamic_groups_informative" in out:
-        out["rollout/dynamic_keep_rate"] = keep_rate(
-            out["rollout/dynamic_groups_informative"],
-            out["rollout/dynamic_prompts_drawn"],
-            out.get("rollout/dynamic_prompts_skipped", 0.0),
-        )
-    return out
+    values = train_stats(pieces, num_steps, tokens_per_s)
+    values["train/nonfinite_skips"] = float(nonfinite_skips)
+    values |= global_rollout_stats(rollout, grouped, gather)
+    return values | mismatch_stat(pieces, old_logp, rollout.sampling_logp, rollout.completion_mask)
 
 
-def global_rollout_stats(rollout: RolloutBatch, grouped: GroupAdvantages) -> dict[str, float]:
-    """:func:`~lit_fgrpo.training.step_stats.rollout_stats` of the global batch plus the collector's statistics.
+def global_rollout_stats(rollout: RolloutBatch, grouped: GroupAdvantages, gather: Gather) -> dict[str, float]:
+    """:func:`rollout_stats` of the global batch plus the collector's statistics over all ranks.
 
     A collective under DDP: every rank must call it once per training step.
 
@@ -65,6 +66,7 @@ def global_rollout_stats(rollout: RolloutBatch, grouped: GroupAdvantages) -> dic
         rollout: This rank's rollout.
         grouped: This rank's advantages as trained on, with the group weights and success rates they were built
             from (:func:`~lit_fgrpo.objectives.weighted_group_advantages`): nothing is computed a second time.
+        gather: Every rank's object in rank order (``[obj]`` in one process).
     """
     local: dict[str, Any] = {
         "rewards": rollout.rewards.detach().cpu(),  # (P, G)
@@ -74,13 +76,30 @@ def global_rollout_stats(rollout: RolloutBatch, grouped: GroupAdvantages) -> dic
         "lengths": rollout.completion_mask.sum(dim=1).cpu(),  # (B,)
         "stats": dict(rollout.stats),
     }
-    parts = gather_objects(local)
+    parts = gather(local)
     keys = ("rewards", "advantages", "weights", "success_rate")
     rewards, advs, weights, success_rate = (torch.cat([p[key] for p in parts]) for key in keys)
     lengths = torch.cat([p["lengths"] for p in parts])  # (B_global,)
     # rollout_stats only sums its mask per row: a (B, 1) column of lengths gives the same lengths
     values = rollout_stats(rewards, advs, weights, success_rate, lengths.unsqueeze(1))
     return values | combine_collector_stats([p["stats"] for p in parts])
+
+
+def combine_collector_stats(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """``rollout/<key>`` of every rank's collector statistics: :data:`~lit_fgrpo.rollout.collector_stats.SUMMED_STATS`
+    and the counts named by :data:`~lit_fgrpo.rollout.collector_stats.SUMMED_PREFIXES` (``failed_*``, ``tool_calls*``)
+    summed, :data:`~lit_fgrpo.rollout.collector_stats.RECOMPUTED_RATES` recomputed from the summed counts, the others
+    (rates and means) averaged."""
+    keys = sorted({key for stats in per_rank for key in stats})
+    out: dict[str, float] = {}
+    for key in keys:
+        values = [float(stats[key]) for stats in per_rank if key in stats]
+        summed = key.startswith(SUMMED_PREFIXES) or key in SUMMED_STATS
+        out[f"rollout/{key}"] = sum(values) if summed else sum(values) / len(values)
+    for rate, (fn, counts) in RECOMPUTED_RATES.items():
+        if f"rollout/{rate}" in out and f"rollout/{counts[0]}" in out:
+            out[f"rollout/{rate}"] = fn(*(out.get(f"rollout/{count}", 0.0) for count in counts))
+    return out
 
 
 def rollout_stats(

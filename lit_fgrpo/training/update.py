@@ -2,17 +2,22 @@
 
 Given a :class:`~lit_fgrpo.rollout.batch.RolloutBatch` of P prompts x G completions, :meth:`PolicyUpdate.step` runs
 
-1. the advantages ``A = w(mu_hat, G) * (r - mean_g r) / (std_g r + eps)`` (:func:`~lit_fgrpo.objectives.group_advantages`);
+1. the advantages ``A = w(mu_hat, G) * (r - mean_g r) / (std_g r + eps)``, with the group weights and success rates
+   they are built from, once (:func:`~lit_fgrpo.objectives.weighted_group_advantages`);
 2. the old log-probs (only with ``num_iterations > 1`` or several mini-batches) and the reference's (``beta > 0``);
-3. ``num_iterations`` (mu) passes over ``ceil(P / M)`` mini-batches of M prompts each, one optimizer step per
-   mini-batch: ``theta <- step(grad sum_micro share_m * L_m)``, where the micro-batch losses ``L_m`` with their
-   shares add up exactly to the mini-batch's TRL loss (:mod:`lit_fgrpo.objectives.loss_types`);
-4. the non-finite guard before each step, and the statistics to log (over all ranks).
+3. the plan of the step, once: the mini-batches of M prompts, their micro-batches and columns
+   (:func:`~lit_fgrpo.training.micro_batches.plan_step`);
+4. ``num_iterations`` (mu) passes over the ``ceil(P / M)`` mini-batches, one optimizer step per mini-batch:
+   ``theta <- step(grad sum_micro share_m * L_m)``, where the micro-batch losses ``L_m`` with their shares add up
+   exactly to the mini-batch's TRL loss (:mod:`lit_fgrpo.objectives.loss_types`);
+5. the non-finite guard before each step, and the statistics to log, over all ranks
+   (:func:`~lit_fgrpo.training.step_stats.step_stats`).
 
-The optimizer and the process group come in as handles (:mod:`lit_fgrpo.training.update_handles`), so the same code runs
-under :class:`~lit_fgrpo.training.module.FGRPOModule` and in a plain torch loop. Every collective of the step is made on
-every rank in the same order: the token sum (world > 1), the busiest rank's micro-batch count per mini-batch
-(world > 1) and :func:`~lit_fgrpo.training.step_stats.global_rollout_stats`'s gather (always).
+The optimizer and the process group come in as handles (:mod:`lit_fgrpo.training.update_handles`), so the same code
+runs under :class:`~lit_fgrpo.training.module.FGRPOModule` and in a plain torch loop. Every collective of the step
+goes through the :class:`~lit_fgrpo.distributed.collectives.Collectives` handle and is made on every rank in the same
+order: the token sum (world > 1), the busiest rank's micro-batch count per mini-batch (world > 1), the non-finite
+verdict per optimizer step (world > 1) and the statistics' gather (always).
 """
 
 from __future__ import annotations
@@ -28,16 +33,14 @@ from torch import Tensor, nn
 from lit_fgrpo.distributed import per_rank_mini_batch
 from lit_fgrpo.models.logprobs import TokenLogprobs, completion_logprobs, eval_mode, train_mode
 from lit_fgrpo.objectives import AdvantageScale, GroupAdvantages, GroupWeight, LossType, weighted_group_advantages
-from lit_fgrpo.objectives.loss_types import piece_aggregation, token_divisor
+from lit_fgrpo.objectives.loss_types import piece_aggregation, policy_loss, token_divisor
 from lit_fgrpo.objectives.mismatch import truncated_importance_weights
-from lit_fgrpo.objectives.nonfinite import NonFiniteGuard
 from lit_fgrpo.objectives.objective_settings import ImportanceCorrection, ObjectiveSettings
-from lit_fgrpo.objectives.policy_loss import policy_loss
 from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.training.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
-from lit_fgrpo.training.step_stats import global_rollout_stats, mismatch_stat, train_stats
-from lit_fgrpo.training.update_handles import Collectives, OptimizerStep
+from lit_fgrpo.training.micro_batches import MiniBatch, plan_step
+from lit_fgrpo.training.step_stats import step_stats
+from lit_fgrpo.training.update_handles import Collectives, NonFiniteGuard, OptimizerStep
 
 if TYPE_CHECKING:
     from lit_fgrpo.training.module_settings import BatchingSettings, OptimizerSettings
@@ -149,7 +152,7 @@ class PolicyUpdate:
         rollout = rollout.to(self.device)
         P, G = rollout.num_prompts, rollout.group_size
         grouped = self.grouped(rollout)  # advantages (P, G), weights and success rates (P,): once per step
-        flat_adv = grouped.advantages.to(self.device).reshape(-1)  # (B,)
+        flat_adv = grouped.advantages.reshape(-1)  # (B,)
         mask = rollout.completion_mask  # (B, T)
         world = comm.world_size
         prompts_per_step = per_rank_mini_batch(s.mini_batch_prompts, world) or P
@@ -168,17 +171,23 @@ class PolicyUpdate:
         if world > 1:
             global_tokens = comm.sum(global_tokens)
         num_items = token_divisor(global_tokens, world, num_minibatches)
+        # The rows, micro-batches and columns of every mini-batch: the same in every pass.
+        skip_zero = s.skip_zero_advantage and s.beta == 0
+        busiest = comm.max if world > 1 else None
+        T = rollout.completion_length
+        plan = plan_step(
+            flat_adv, rollout.attention_mask, T, G, prompts_per_step, s.micro_batch_rows, skip_zero, busiest
+        )
 
         agree = (lambda bad: comm.max(int(bad)) > 0) if world > 1 else None  # any rank non-finite: all skip
         pieces: Pieces = []
         trained_before = self.timer.total(("forward", "backward", "optimizer"))
         for iteration in range(s.num_iterations):
-            for first_prompt in range(0, P, prompts_per_step):
-                rows = torch.arange(first_prompt * G, min(P, first_prompt + prompts_per_step) * G, device=self.device)
+            for mini in plan:
                 with self.timer.phase("optimizer"):
                     optimizer.zero_grad()
                 step_pieces = self.accumulate(
-                    rollout, rows, flat_adv, train_old, ref_logp, is_weights, num_items, optimizer.backward, comm,
+                    rollout, mini, flat_adv, train_old, ref_logp, is_weights, num_items, optimizer.backward,
                     entropy=iteration == 0,
                 )  # fmt: skip
                 pieces.extend(step_pieces)
@@ -197,10 +206,10 @@ class PolicyUpdate:
         trained_tokens = sum(float(p["tokens"]) for p in pieces)
         self.timer.add_tokens("train", trained_tokens, phases=("forward", "backward"))
         with self.timer.phase("log"):
-            values = train_stats(pieces, s.num_iterations * num_minibatches, trained_tokens / max(elapsed, 1e-9))
-            values["train/nonfinite_skips"] = float(self.guard.num_skipped)
-            values |= global_rollout_stats(rollout, grouped)  # over all ranks
-            values |= mismatch_stat(pieces, train_old, rollout.sampling_logp, mask)
+            values = step_stats(
+                pieces, rollout, grouped, train_old, comm.gather, num_steps=s.num_iterations * num_minibatches,
+                tokens_per_s=trained_tokens / max(elapsed, 1e-9), nonfinite_skips=self.guard.num_skipped,
+            )  # fmt: skip
         loss = torch.stack([p["loss"] for p in pieces]).sum() if pieces else torch.zeros((), device=self.device)
         return UpdateResult(loss, values, P)
 
@@ -209,117 +218,120 @@ class PolicyUpdate:
 
         Gradients accumulate in the policy's ``.grad``. Returns the statistics of the micro-batches.
         """
+        s = self.settings
         rollout = rollout.to(self.device)
         flat_adv = self.advantages(rollout).reshape(-1)  # (B,)
-        ref_logp = self.ref_logp(rollout) if self.settings.beta > 0 else None  # (B, T)
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
+        ref_logp = self.ref_logp(rollout) if s.beta > 0 else None  # (B, T)
         num_items = token_divisor(rollout.completion_mask.sum(), 1, 1)
-        return self.accumulate(rollout, rows, flat_adv, None, ref_logp, None, num_items, backward, comm)
+        busiest = comm.max if comm.world_size > 1 else None
+        skip_zero = s.skip_zero_advantage and s.beta == 0
+        T, G, P = rollout.completion_length, rollout.group_size, rollout.num_prompts
+        (whole,) = plan_step(flat_adv, rollout.attention_mask, T, G, P, s.micro_batch_rows, skip_zero, busiest)
+        return self.accumulate(rollout, whole, flat_adv, None, ref_logp, None, num_items, backward)
 
     def accumulate(
         self,
         rollout: RolloutBatch,
-        rows: Tensor,
+        mini: MiniBatch,
         flat_adv: Tensor,
         train_old: Tensor | None,
         ref_logp: Tensor | None,
         is_weights: Tensor | None,
         num_items: Tensor,
         backward: Callable[[Tensor], None],
-        comm: Collectives,
         entropy: bool = True,
     ) -> Pieces:
-        """Forward/backward over the micro-batches of the mini-batch ``rows``; the losses add up to its loss.
+        """Forward/backward over the micro-batches of the mini-batch ``mini``; the losses add up to its loss.
 
-        The micro-batches come from :func:`lit_fgrpo.training.micro_batches.plan_micro_batches` (zero-advantage rows left
+        The micro-batches come from :func:`lit_fgrpo.training.micro_batches.plan_step` (zero-advantage rows left
         out, rows sorted by length, each piece cut to its longest completion: the gradient is unchanged). The
-        policy runs in train mode here (gradient checkpointing and dropout apply) and in eval mode everywhere else.
-        ``entropy`` computes the logged entropy (the first pass only; ``train/entropy`` averages the pieces that
-        have it).
+        policy runs in train mode here, forwards and backwards alike (gradient checkpointing and dropout apply, also
+        when a checkpointed forward is recomputed in the backward) and in eval mode everywhere else. ``entropy``
+        computes the logged entropy (the first pass only; ``train/entropy`` averages the pieces that have it).
         """
         s = self.settings
         mask = rollout.completion_mask  # (B, T)
-        mb_rows, mb_tokens = len(rows), mask[rows].sum()
-        T = rollout.completion_length
-        lengths = rollout.attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
-        plan = plan_micro_batches(rows, flat_adv, lengths, s.micro_batch_rows, s.skip_zero_advantage and s.beta == 0)
-        # DDP all-reduces gradients in every backward: every rank runs as many as the busiest one.
-        if comm.world_size > 1:
-            plan += padding_micro_batches(rows, comm.max(len(plan)) - len(plan))
+        mb_rows, mb_tokens = len(mini.rows), mask[mini.rows].sum()
         # Without stored old log-probs the live ones are the behaviour policy's: weights per micro-batch from them.
         live_correction = s.importance_correction if train_old is None else "none"
         pieces: Pieces = []
-        for micro in plan:
-            chunk, width = micro.rows, micro.width
-            cols = slice(0, width)
-            m = mask[chunk][:, cols]  # (b, w)
-            sampling_logp = rollout.sampling_logp[chunk][:, cols] if rollout.sampling_logp is not None else None
-            with self.timer.phase("forward"), train_mode(self.policy):
-                out = self.logp(self.policy, rollout, chunk, with_entropy=entropy, width=width)  # (b, w)
-                weights = is_weights[chunk][:, cols] if is_weights is not None else None  # (b, w) or (b, 1)
-                if live_correction != "none" and sampling_logp is not None:
-                    weights = truncated_importance_weights(
-                        out.logp.detach(), sampling_logp, m, live_correction, s.importance_cap
+        with train_mode(self.policy):
+            for micro in mini.micro_batches:
+                chunk, width, kept = micro.rows, micro.width, micro.columns
+                assert kept is not None, "plan_step gives every micro-batch its columns"
+                cols = slice(0, width)
+                m = mask[chunk][:, cols]  # (b, w)
+                sampling_logp = rollout.sampling_logp[chunk][:, cols] if rollout.sampling_logp is not None else None
+                with self.timer.phase("forward"):
+                    ids, attn = (
+                        rollout.input_ids[chunk][:, kept],
+                        rollout.attention_mask[chunk][:, kept],
+                    )  # (b, Tp' + w)
+                    out = self.logp(self.policy, ids, attn, width, with_entropy=entropy)  # (b, w)
+                    weights = is_weights[chunk][:, cols] if is_weights is not None else None  # (b, w) or (b, 1)
+                    if live_correction != "none" and sampling_logp is not None:
+                        weights = truncated_importance_weights(
+                            out.logp.detach(), sampling_logp, m, live_correction, s.importance_cap
+                        )
+                    agg = piece_aggregation(s.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
+                    share = agg.share * (0.0 if micro.padding else 1.0)
+                    loss, piece = policy_loss(
+                        out.logp,
+                        train_old[chunk][:, cols] if train_old is not None else None,
+                        flat_adv[chunk],
+                        m,
+                        agg.loss_type,
+                        s.epsilon,
+                        s.epsilon_high,
+                        ref_logp[chunk][:, cols] if ref_logp is not None else None,
+                        s.beta,
+                        max_completion_length=rollout.max_completion_length,
+                        num_items=agg.num_items,
+                        importance_weights=weights,
                     )
-                agg = piece_aggregation(s.loss_type, len(chunk), mb_rows, mb_tokens, num_items)
-                share = agg.share * (0.0 if micro.padding else 1.0)
-                loss, piece = policy_loss(
-                    out.logp,
-                    train_old[chunk][:, cols] if train_old is not None else None,
-                    flat_adv[chunk],
-                    m,
-                    agg.loss_type,
-                    s.epsilon,
-                    s.epsilon_high,
-                    ref_logp[chunk][:, cols] if ref_logp is not None else None,
-                    s.beta,
-                    max_completion_length=rollout.max_completion_length,
-                    num_items=agg.num_items,
-                    importance_weights=weights,
-                )
-            with self.timer.phase("backward"), train_mode(self.policy):
-                backward(loss * share)
-            if micro.padding:
-                continue  # no statistics
-            piece["loss"] = (loss * share).detach()
-            piece["tokens"] = m.sum()
-            if out.entropy is not None:
-                piece["entropy_sum"] = (out.entropy * m).sum()
-            if train_old is None and sampling_logp is not None:
-                # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
-                gap = (out.logp.detach() - sampling_logp).abs()  # (b, w)
-                piece["mismatch_sum"] = (gap * m).sum()
-            pieces.append(piece)
+                with self.timer.phase("backward"):
+                    backward(loss * share)
+                if micro.padding:
+                    continue  # no statistics
+                piece["loss"] = (loss * share).detach()
+                piece["tokens"] = m.sum()
+                if out.entropy is not None:
+                    piece["entropy_sum"] = (out.entropy * m).sum()
+                if train_old is None and sampling_logp is not None:
+                    # one pass, one step: the live log-probs are the behaviour policy's, so the mismatch is free
+                    gap = (out.logp.detach() - sampling_logp).abs()  # (b, w)
+                    piece["mismatch_sum"] = (gap * m).sum()
+                pieces.append(piece)
         return pieces
 
     def logp(
-        self, model: nn.Module, rollout: RolloutBatch, rows: Tensor, with_entropy: bool = False, width: int = 0
+        self,
+        model: nn.Module,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        completion_length: int,
+        with_entropy: bool = False,
     ) -> TokenLogprobs:
-        """Log-probs of ``rows``; ``width`` > 0 trims the completion to its first ``width`` columns (and the
-        prompt's all-padding leading columns of these rows), which changes no value: (b, width) out."""
-        ids, attn = rollout.input_ids[rows], rollout.attention_mask[rows]  # (b, Tp + T)
-        T = rollout.completion_length
-        if width:
-            ids, attn = trim_rows(ids, attn, T, width)  # (b, Tp' + width)
-            T = width
-        chunk_rows = max(1, len(rows)) if torch.is_grad_enabled() else self.settings.logprob_chunk_rows
+        """(b, T) log-probs of the last ``completion_length`` tokens of the rows ``input_ids`` (b, Tp + T), at the
+        training temperature; with grad one chunk of every row, without in chunks of ``logprob_chunk_rows``."""
+        chunk_rows = max(1, len(input_ids)) if torch.is_grad_enabled() else self.settings.logprob_chunk_rows
         return completion_logprobs(
-            model, ids, attn, T, temperature=self.settings.temperature, chunk_rows=chunk_rows, with_entropy=with_entropy
-        )
+            model, input_ids, attention_mask, completion_length, temperature=self.settings.temperature,
+            chunk_rows=chunk_rows, with_entropy=with_entropy,
+        )  # fmt: skip
 
     @torch.no_grad()
     def old_logp(self, rollout: RolloutBatch) -> Tensor:
         """(B, T) log-probs of the policy before this step's updates (eval mode: no dropout)."""
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
         with self.timer.phase("old_logprobs"), eval_mode(self.policy):
-            return self.logp(self.policy, rollout, rows).logp
+            return self.logp(self.policy, rollout.input_ids, rollout.attention_mask, rollout.completion_length).logp
 
     @torch.no_grad()
     def ref_logp(self, rollout: RolloutBatch) -> Tensor:
         """(B, T) log-probs of the frozen reference (for LoRA: the policy with its adapters disabled)."""
-        rows = torch.arange(rollout.input_ids.shape[0], device=self.device)
+        ids, attn, T = rollout.input_ids, rollout.attention_mask, rollout.completion_length
         with self.timer.phase("ref_logprobs"):
             if self.reference is None:
                 with self.policy.disable_adapter(), eval_mode(self.policy):  # type: ignore[operator]
-                    return self.logp(self.policy, rollout, rows).logp
-            return self.logp(self.reference, rollout, rows).logp
+                    return self.logp(self.policy, ids, attn, T).logp
+            return self.logp(self.reference, ids, attn, T).logp

@@ -151,7 +151,8 @@ def test_a_nan_in_one_ranks_gradient_shard_makes_every_rank_skip_the_same_step(r
 def test_lora_under_sharding_matches_one_process_and_saves_merged_weights(runs: dict[str, Path]) -> None:
     from transformers import AutoModelForCausalLM
 
-    from lit_fgrpo.models.policy import build_policy, load_tokenizer
+    from lit_fgrpo.models.policy import build_policy
+    from lit_fgrpo.tasks.registry import load_tokenizer
     from tests.training.tiny_setup import MAZE_TINY_MODEL
 
     one, sharded = _weights(runs["lora_one"]), _weights(runs["lora_sharded"])

@@ -14,7 +14,8 @@ from lit_fgrpo.cli import main
 from lit_fgrpo.commands.plan import architecture, plan_run, policy_shapes
 from lit_fgrpo.distributed.memory_plan import GIB, PlanSettings, memory_plan, shard_rows
 from lit_fgrpo.models.lora import LoraSettings
-from lit_fgrpo.models.policy import apply_lora, build_policy, load_tokenizer
+from lit_fgrpo.models.policy import apply_lora, build_policy
+from lit_fgrpo.tasks.registry import load_tokenizer
 from tests.training.tiny_setup import MAZE_TINY_MODEL
 
 SEVEN_B = ["--config", "configs/math/base.yaml", "--config", "configs/math/fgrpo.yaml"]

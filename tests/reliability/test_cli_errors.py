@@ -145,6 +145,24 @@ def test_missing_data_file(config: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 @pytest.mark.parametrize(
+    ("flags", "sampling", "objective"),
+    [
+        (["--model.objective.temperature", "0.7"], "1.0", "0.7"),
+        (["--rollout.sampling.temperature", "1.5"], "1.5", "1.0"),
+    ],
+    ids=["objective_only", "sampling_only"],
+)
+def test_sampling_temperature_other_than_the_objectives_is_refused(
+    config: Path, capsys: pytest.CaptureFixture[str], flags: list[str], sampling: str, objective: str
+) -> None:
+    """The temperature is one fact: the engine's sampling temperature must be the trainer's (one line naming both)."""
+    (line,) = run(["fit", "--config", str(config), *flags], capsys)
+    assert line.startswith(
+        f"error: --rollout.sampling.temperature={sampling} differs from --model.objective.temperature={objective}: "
+    )
+
+
+@pytest.mark.parametrize(
     ("content", "reason"),
     [(b"", "checkpoint is empty (0 bytes; an interrupted write?)"), (b"garbage", "not a readable checkpoint")],
     ids=["zero_bytes", "garbage"],

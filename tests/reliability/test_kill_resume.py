@@ -22,7 +22,7 @@ def launch(folder: Path, kill: str, resume: bool) -> subprocess.CompletedProcess
     )
     # One intra-op thread, as every in-process test has (conftest). With the default 2, CI once saw layer 1's k_proj
     # off by more than 1e-6: the shared-prompt pass's backward then added the rows of a prompt from 2 threads in a
-    # varying order (fixed in lit_fgrpo/models/prompt_sharing.py, checked at 2 threads by tests/test_prompt_sharing.py),
+    # varying order (fixed in lit_fgrpo/models/prompt_sharing.py, checked at 2 threads by tests/models/test_prompt_sharing.py),
     # and Adam at lr 1e-2 turns a last-bit difference into that. The pin keeps this test about resuming.
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

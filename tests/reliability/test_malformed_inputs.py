@@ -8,7 +8,10 @@ a case that is wrongly accepted costs a step, not a run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from tests.reliability.test_cli_errors import TINY
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence_tiny.csv"
 ROLLOUT = "lit_fgrpo.callbacks.RolloutCallback"
+NEEDS_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
 BAND_30_45 = '{"kind": "band", "low": 0.3, "high": 0.45}'
 """A band between 1/4 and 2/4: no group of 4 has a success rate inside it."""
 
@@ -51,8 +55,202 @@ def csv_lines(count: int | None = None, drop_column: str | None = None) -> str:
     return "\n".join(lines[:count]) + "\n"
 
 
+def servers(**options: Any) -> list[str]:
+    """``--rollout.engine vllm_server`` with ``options`` as its engine_kwargs."""
+    return ["--rollout.engine", "vllm_server", "--rollout.engine_kwargs", json.dumps(options)]
+
+
+def busy_port() -> int:
+    """A port that a listening socket of this process holds for the rest of the test session."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
+
+
+_HELD: list[socket.socket] = []
+
+
+def policy_folder(d: Path, change: Callable[[Path], object] = lambda folder: None) -> list[str]:
+    """Flags that load the policy from a Hugging Face folder of the tiny model (weights, config, tokenizer) saved in
+    ``d``, after ``change(folder)`` broke it."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_fgrpo.models.policy import policy_config
+    from lit_fgrpo.tasks.registry import load_tokenizer
+
+    folder = d / "policy"
+    tokenizer = load_tokenizer("builtin:maze")
+    AutoModelForCausalLM.from_config(policy_config(TINY["model"]["policy"]["model_config"], tokenizer)).save_pretrained(
+        folder
+    )
+    tokenizer.save_pretrained(folder)
+    change(folder)
+    return [
+        "--model.policy.model",
+        str(folder),
+        "--model.policy.model_config",
+        "null",
+        "--model.policy.tokenizer",
+        "null",
+    ]
+
+
+def without_tokenizer(folder: Path) -> None:
+    from lit_fgrpo.models.policy_checks import TOKENIZER_FILES
+
+    for name in TOKENIZER_FILES:
+        (folder / name).unlink(missing_ok=True)
+
+
+def cut_in_half(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def as_shards(folder: Path) -> None:
+    """The weights as an index of two shards, the second of which is missing."""
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
 # Each case: (id, a function of the temporary folder giving the argv, strings the error line must contain).
 Case = tuple[str, Callable[[Path], list[str]], list[str]]
+SERVER_CASES: list[Case] = [
+    ("servers_launch_negative", lambda d: servers(launch=-1), ["--rollout.engine_kwargs.launch", "-1"]),
+    ("servers_launch_fraction", lambda d: servers(launch=1.5), ["--rollout.engine_kwargs.launch", "1.5"]),
+    ("servers_none", lambda d: servers(), ["--rollout.engine_kwargs.launch", "--rollout.engine_kwargs.urls"]),
+    ("servers_both", lambda d: servers(launch=1, urls=["http://127.0.0.1:1"]), ["launch=1", "urls"]),
+    ("servers_unknown_key", lambda d: servers(launch=1, lauch_timeout=3), ["'lauch_timeout'", "startup_timeout_s"]),
+    ("servers_cores_flat", lambda d: servers(launch=2, cores=[0, 1]), ["--rollout.engine_kwargs.cores", "[0, 1]"]),
+    ("servers_cores_count", lambda d: servers(launch=2, cores=[[0]]), ["--rollout.engine_kwargs.cores", "launch=2"]),
+    (
+        "servers_cores_not_ours",
+        lambda d: servers(launch=1, cores=[[max(os.sched_getaffinity(0)) + 1]]),
+        ["--rollout.engine_kwargs.cores[0]", str(max(os.sched_getaffinity(0)) + 1), "cannot use"],
+    ),
+    ("servers_cores_negative", lambda d: servers(launch=1, cores=[[-1]]), ["--rollout.engine_kwargs.cores[0]", "-1"]),
+    ("servers_ports_count", lambda d: servers(launch=2, ports=[8000]), ["--rollout.engine_kwargs.ports", "launch=2"]),
+    ("servers_port_range", lambda d: servers(launch=1, ports=[70000]), ["--rollout.engine_kwargs.ports[0]", "70000"]),
+    ("servers_port_twice", lambda d: servers(launch=2, ports=[8000, 8000]), ["--rollout.engine_kwargs.ports", "twice"]),
+    (
+        "servers_port_in_use",
+        lambda d: servers(launch=1, ports=[busy_port()]),
+        ["--rollout.engine_kwargs.ports[0]", "in use"],
+    ),
+    (
+        "servers_host",
+        lambda d: servers(launch=1, host="no.such.host.invalid"),
+        ["--rollout.engine_kwargs.host", "no.such.host.invalid"],
+    ),
+    (
+        "servers_url_scheme",
+        lambda d: servers(urls=["localhost:8000"]),
+        ["--rollout.engine_kwargs.urls[0]", "localhost:8000"],
+    ),
+    (
+        "servers_url_path",
+        lambda d: servers(urls=["http://127.0.0.1:8000/v1"]),
+        ["--rollout.engine_kwargs.urls[0]", "/v1", "http://127.0.0.1:8000"],
+    ),
+    (
+        "servers_max_model_len",
+        lambda d: servers(launch=1, max_model_len=0),
+        ["--rollout.engine_kwargs.max_model_len", "0"],
+    ),
+    ("servers_kv_cache", lambda d: servers(launch=1, kv_cache_gib=0), ["--rollout.engine_kwargs.kv_cache_gib", "0"]),
+    (
+        "servers_timeout",
+        lambda d: servers(launch=1, startup_timeout_s="soon"),
+        ["--rollout.engine_kwargs.startup_timeout_s", "'soon'"],
+    ),
+    (
+        "servers_extra_env",
+        lambda d: servers(launch=1, extra_env=["A=1"]),
+        ["--rollout.engine_kwargs.extra_env", "A=1"],
+    ),
+]
+"""The server group of ``--rollout.engine vllm_server``: refused before the policy is built, no server started."""
+
+POLICY_FOLDER_CASES: list[Case] = [
+    (
+        "policy_folder_is_a_file",
+        lambda d: policy_folder(d)[:1] + [str(d / "policy" / "config.json")] + policy_folder(d)[2:],
+        ["--model.policy.model", "config.json", "is a file"],
+    ),
+    (
+        "policy_no_config",
+        lambda d: policy_folder(d, lambda f: (f / "config.json").unlink()),
+        ["policy", "no config.json"],
+    ),
+    (
+        "policy_config_not_json",
+        lambda d: policy_folder(d, lambda f: (f / "config.json").write_text("{\n  model_type: llama}")),
+        ["config.json:2", "not valid JSON"],
+    ),
+    (
+        "policy_config_no_model_type",
+        lambda d: policy_folder(d, lambda f: (f / "config.json").write_text("{}")),
+        ["config.json", "no model_type"],
+    ),
+    (
+        "policy_config_unknown_model_type",
+        lambda d: policy_folder(d, lambda f: (f / "config.json").write_text('{"model_type": "nosuch"}')),
+        ["config.json", "'nosuch'"],
+    ),
+    (
+        "policy_no_weights",
+        lambda d: policy_folder(d, lambda f: (f / "model.safetensors").unlink()),
+        ["policy", "no weights", "model.safetensors"],
+    ),
+    (
+        "policy_weights_truncated",
+        lambda d: policy_folder(d, lambda f: cut_in_half(f / "model.safetensors")),
+        ["model.safetensors", "truncated"],
+    ),
+    (
+        "policy_weights_not_safetensors",
+        lambda d: policy_folder(d, lambda f: (f / "model.safetensors").write_bytes(b"not a tensor file at all")),
+        ["model.safetensors", "not a readable safetensors file"],
+    ),
+    (
+        "policy_shard_missing",
+        lambda d: policy_folder(d, as_shards),
+        ["model.safetensors.index.json", "model-00002-of-00002.safetensors"],
+    ),
+    (
+        "policy_tokenizer_not_json",
+        lambda d: policy_folder(d, lambda f: (f / "tokenizer.json").write_text("{oops")),
+        ["tokenizer.json:1", "not valid JSON"],
+    ),
+]
+"""A ``--model.policy.model`` folder that is not a loadable model: one line naming the folder or the file."""
+
+VLLM_CASES: list[Case] = [
+    (
+        "vllm_option_unknown",
+        lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"max_model_lenght": 64}'],
+        ["--rollout.engine_kwargs", "max_model_lenght", "EngineArgs"],
+    ),
+    (
+        "vllm_memory_share",
+        lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"gpu_memory_utilization": 1.5}'],
+        ["--rollout.engine_kwargs.gpu_memory_utilization", "1.5"],
+    ),
+    (
+        "vllm_max_model_len_zero",
+        lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"max_model_len": 0}'],
+        ["--rollout.engine_kwargs.max_model_len", "0"],
+    ),
+    (
+        "vllm_max_model_len_too_long",
+        lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"max_model_len": 100000}'],
+        ["--rollout.engine_kwargs.max_model_len 100000", "max_position_embeddings 64"],
+    ),
+]
+"""Options of the colocated vLLM engine that vLLM refused deep in its start (refused before the engine starts)."""
 MODEL_AND_TASK_CASES: list[Case] = [
     (
         "tokenizer_path_is_linked",
@@ -61,15 +259,8 @@ MODEL_AND_TASK_CASES: list[Case] = [
     ),
     (
         "model_folder_without_tokenizer",
-        lambda d: [
-            "--model.policy.model",
-            str(d),
-            "--model.policy.model_config",
-            "null",
-            "--model.policy.tokenizer",
-            "null",
-        ],
-        ["no tokenizer in this folder"],
+        lambda d: policy_folder(d, without_tokenizer),
+        ["policy", "no tokenizer in this folder"],
     ),
     (
         "arithmetic_operator",
@@ -160,6 +351,9 @@ FIT: list[Case] = [
     ),
     *DATA_GROUP_CASES,
     *MODEL_AND_TASK_CASES,
+    *SERVER_CASES,
+    *POLICY_FOLDER_CASES,
+    *VLLM_CASES,
     ("unknown_flag", lambda d: ["--model.no_such", "1"], ["--model.no_such"]),
     ("unknown_nested_flag", lambda d: ["--model.objective.no_such", "1"], ["--model.objective.no_such"]),
     ("flat_flag_of_before_the_groups", lambda d: ["--model.gamma", "1"], ["--model.gamma"]),  # hint: the new flag
@@ -224,6 +418,27 @@ FIT: list[Case] = [
         "model_type_unknown",
         lambda d: ["--model.policy.model_config", '{"model_type": "nosuch"}'],
         ["model_type 'nosuch'"],
+    ),
+    (
+        "model_heads_split_hidden",
+        lambda d: [
+            "--model.policy.model_config",
+            '{"model_type": "llama", "hidden_size": 30, "num_attention_heads": 4}',
+        ],
+        ["--model.policy.model_config", "hidden_size 30", "num_attention_heads 4"],
+    ),
+    (
+        "model_kv_heads_divide_heads",
+        lambda d: [
+            "--model.policy.model_config",
+            '{"model_type": "llama", "hidden_size": 16, "num_attention_heads": 2, "num_key_value_heads": 3}',
+        ],
+        ["--model.policy.model_config", "num_key_value_heads 3"],
+    ),
+    (
+        "model_size_negative",
+        lambda d: ["--model.policy.model_config", '{"model_type": "llama", "hidden_size": -16}'],
+        ["--model.policy.model_config.hidden_size", "-16"],
     ),
     (
         "model_type_missing",
@@ -458,7 +673,10 @@ def assert_one_line(argv: list[str], must_name: list[str], capsys: pytest.Captur
         assert name in errors[0], f"{name!r} not in {errors[0]!r}"
 
 
-@pytest.mark.parametrize(("argv", "must_name"), [c[1:] for c in FIT], ids=[c[0] for c in FIT])
+FIT_PARAMS = [pytest.param(*c[1:], id=c[0], marks=[NEEDS_VLLM] if c in VLLM_CASES else []) for c in FIT]
+
+
+@pytest.mark.parametrize(("argv", "must_name"), FIT_PARAMS)
 def test_fit(folder: Path, capsys: pytest.CaptureFixture[str], argv: Callable[[Path], list[str]], must_name: list[str]) -> None:  # fmt: skip
     words = argv(folder)
     config = [] if "--config" in words else ["--config", str(folder / "tiny.yaml")]

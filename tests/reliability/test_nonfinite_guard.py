@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lit_fgrpo.errors import ConfigError, NonFiniteError, UserError
-from lit_fgrpo.objectives.nonfinite import NonFiniteGuard, first_nonfinite
+from lit_fgrpo.training.update_handles import NonFiniteGuard, first_nonfinite
 
 
 def train(

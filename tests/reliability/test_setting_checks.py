@@ -2,7 +2,7 @@
 
 The CLI side of each is in the malformed-input corpus (``test_malformed_inputs.py``); these use the public seams
 below it: :func:`lit_fgrpo.models.lora.lora_settings`, :meth:`RolloutSettings.check_reachable_groups`,
-:func:`lit_fgrpo.objectives.group_weights.weighted_rates` and :func:`lit_fgrpo.engines.select.build_engine`.
+:func:`lit_fgrpo.objectives.group_weights.weighted_rates` and :func:`lit_fgrpo.rollout.engine_select.build_engine`.
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def test_auto_engine_falling_back_to_hf_shows_unused_engine_kwargs(
 ) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from lit_fgrpo.engines import select
     from lit_fgrpo.engines.hf import HFEngine
+    from lit_fgrpo.rollout import engine_select as select
 
     config = LlamaConfig(
         vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2
@@ -123,3 +123,38 @@ def test_auto_engine_falling_back_to_hf_shows_unused_engine_kwargs(
         assert "--rollout.engine_kwargs ['gpu_memory_utilization']" in lines[0] and why in lines[0]
     select.build_engine("auto", model, None, eos_token_id=1)  # no options: nothing to say
     assert "engine_kwargs" not in capsys.readouterr().err
+
+
+def test_an_engine_context_longer_than_the_policy_is_refused_unless_vllm_would_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM refuses a max_model_len above max_position_embeddings at its start, unless RoPE is scaled or
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (in the environment, or in a launched server's extra_env)."""
+    from transformers import LlamaConfig
+
+    from lit_fgrpo.rollout.engine_select import LONG_CONTEXT_ENV, check_context
+
+    monkeypatch.delenv(LONG_CONTEXT_ENV, raising=False)
+    plain = type("Policy", (), {"config": LlamaConfig(max_position_embeddings=64)})()
+    scaled_config = LlamaConfig(
+        max_position_embeddings=64, rope_parameters={"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    )
+    scaled = type("Policy", (), {"config": scaled_config})()
+    check_context(None, plain)
+    check_context(64, plain)
+    with pytest.raises(ConfigError, match=r"max_model_len 65 is longer than the policy's context \(max_position_"):
+        check_context(65, plain)
+    for bad in (0, -1, 1.5, True, "64"):
+        with pytest.raises(ConfigError, match="--rollout.engine_kwargs.max_model_len must be an integer >= 1"):
+            check_context(bad, plain)
+    check_context(256, scaled)  # vLLM derives 256 from the factor
+    check_context(65, plain, extra_env={LONG_CONTEXT_ENV: "1"})
+    monkeypatch.setenv(LONG_CONTEXT_ENV, "1")
+    check_context(65, plain)
+
+
+def test_servers_given_by_url_need_nothing_of_this_machine() -> None:
+    from lit_fgrpo.servers.launcher import check_launch_here
+    from lit_fgrpo.servers.server_settings import ServerSettings
+
+    check_launch_here(ServerSettings(urls=("http://10.0.0.9:8000",)))  # no core, host or port of ours is asked for

@@ -25,9 +25,10 @@ from lit_fgrpo.models.logprobs import completion_logprobs
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.generator_thread import StalenessBoundedRollouts, TakenBatch, check_engine_for_async
 from lit_fgrpo.rollout.rollout_settings import RolloutSettings
-from lit_fgrpo.rollout.schedules import schedule_for
+from lit_fgrpo.rollout.source import schedule_for
 from lit_fgrpo.rollout.sync_schedule import SyncRollouts
 from tests.distributed.launch import run_vllm_script
+from tests.tiny_models import BOS, tiny_causal_lm
 from tests.training.tiny_setup import TINY_MODEL
 
 VOCAB, PAD, EOS = 32, 0, 1
@@ -37,14 +38,13 @@ Record = tuple[int, list[int]]  # (data position, prompt token ids)
 
 
 def tiny_policy(seed: int = 0, hidden: int | None = None) -> nn.Module:
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
+    """The tiny maze policy's shape (``TINY_MODEL``), a vocabulary of 32, ``hidden`` wide if given."""
     settings = {k: v for k, v in TINY_MODEL.items() if k != "model_type"}
     if hidden is not None:
         settings["hidden_size"] = hidden
-    config = LlamaConfig(**settings, vocab_size=VOCAB, bos_token_id=2, eos_token_id=EOS, pad_token_id=PAD)
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).float()
+    return tiny_causal_lm(
+        "llama", seed, **settings, vocab_size=VOCAB, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD
+    )
 
 
 def prompt_batch(index: int) -> list[Record]:

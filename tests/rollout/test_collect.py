@@ -8,8 +8,8 @@ import torch
 
 from lit_fgrpo.data import PromptRecord
 from lit_fgrpo.engines.hf import HFEngine
-from lit_fgrpo.models.policy import load_tokenizer
 from lit_fgrpo.rollout import RolloutCollector, SamplingConfig, columns_per_completion, pad_id_of
+from lit_fgrpo.tasks.registry import load_tokenizer
 from tests.training.tiny_setup import tiny_module
 
 SEEN: dict[str, Any] = {}

@@ -33,7 +33,7 @@ def test_push_makes_the_copy_agree_and_an_unpushed_change_fails_the_check() -> N
         sync.check(policy, tokenizer, step=3)
     sync.stale = True
     assert sync.needs_push(step=3, evaluation_in_fit=False)
-    metrics = sync.push(policy, tokenizer, step=3)
+    metrics = sync.push(step=3)
     assert metrics["rollout/sync_logprob_delta"] <= 1e-4 and metrics["rollout/sync_seconds"] >= 0
     assert sync.last_sync_step == 3 and not sync.stale
     assert not sync.needs_push(step=3, evaluation_in_fit=True)
@@ -66,7 +66,7 @@ def test_the_default_tolerance_follows_the_policy_dtype() -> None:
     sync = EngineSync("hf_copy", {}, hf_chunk_size=64, sync_tolerance=None, probe_rows=2)
     sync.build(policy, tokenizer)
     sync.probe_from_prompts(PROMPTS)
-    gap = sync.push(policy, tokenizer, step=1)["rollout/sync_logprob_delta"]
+    gap = sync.push(step=1)["rollout/sync_logprob_delta"]
     assert 0 <= gap <= 0.25
     nudge(policy, by=1.0)  # an unpushed change the size of the weights themselves
     with pytest.raises(WeightSyncError, match="> tolerance 0.25"):

@@ -2,7 +2,8 @@
 
 References: the synchronous take equals the collector called directly with the same seeds; dynamic sampling keeps
 only informative groups and consumes the draw cursor; asynchronous rollouts hand over every batch once, at
-staleness min(i, k), and resume from their state.
+staleness min(i, k), and resume from their state. Every call brings its step, timer and logging function: a push
+is logged at the step of the call that made it, and the call's timer receives the schedule's phases.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from lit_fgrpo.reporting.timing import PhaseTimer
 from lit_fgrpo.rollout import PromptBatch, SamplingConfig
 from lit_fgrpo.rollout.group_filter import DynamicSampling
 from lit_fgrpo.rollout.rollout_settings import TRAIN_STREAM, RolloutSettings
-from lit_fgrpo.rollout.source import RolloutSource, StepContext
+from lit_fgrpo.rollout.schedule import LogFn, StepContext
+from lit_fgrpo.rollout.source import RolloutSource
 from tests.training.tiny_setup import tiny_module
 
 REWARD = "tests.training.tiny_setup:word_count_reward"
@@ -64,6 +66,25 @@ class Stream:
         return out
 
 
+class Logged:
+    """A :data:`LogFn` that keeps every (step, metrics) it is given."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    def __call__(self, metrics: dict[str, float], step: int) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def steps(self, key: str) -> list[int]:
+        return [step for step, metrics in self.rows if key in metrics]
+
+
+def call(step: int, data: Any = None, log: LogFn | None = None, timer: PhaseTimer | None = None) -> StepContext:
+    return StepContext(
+        step, 1, data, timer if timer is not None else PhaseTimer(), log if log is not None else Logged()
+    )
+
+
 def source(**settings: Any) -> tuple[RolloutSource, Consumer]:
     base: dict[str, Any] = {"sampling": SamplingConfig(n=4, max_tokens=6), "reward_funcs": [REWARD]}
     made = RolloutSource(RolloutSettings(**(base | settings)))
@@ -76,28 +97,32 @@ def test_synchronous_take_is_the_collector_with_the_step_seeds_and_pushes_every_
     made, _ = source(engine="hf_copy", sync_every=2)
     made.start(None)
     batch = PromptBatch([record(p) for p in range(3)])
-    rollout, stats = made.take(batch, StepContext(step=5, world_size=1, data=None))
-    assert stats == {} and made.engine_sync.last_sync_step == 5  # stale at start: pushed first
-    reference = made.build().collect(batch.records, made.settings.train_sampling(), step=5, stream=TRAIN_STREAM)
+    rollout = made.take(batch, StepContext(step=5, world_size=1, data=None))
+    assert made.last_sync_step == 5  # stale at start: pushed first
+    reference = made.build().collector.collect(
+        batch.records, made.settings.train_sampling(), step=5, stream=TRAIN_STREAM
+    )
     assert rollout.completion_ids == reference.completion_ids
     torch.testing.assert_close(rollout.rewards, reference.rewards, rtol=0, atol=0, equal_nan=True)
-    made.after_step(6)  # one optimizer step since the push at 5: sync_every=2 waits
-    assert made.engine_sync.last_sync_step == 5
-    made.after_step(7)
-    assert made.engine_sync.last_sync_step == 7
+    made.after_step(call(6))  # one optimizer step since the push at 5: sync_every=2 waits
+    assert made.last_sync_step == 5
+    made.after_step(call(7))
+    assert made.last_sync_step == 7
     state = made.state_dict()
     made.close()
     again, _ = source(engine="hf_copy", sync_every=2)
     again.load_state_dict(state)
-    assert again.engine_sync.last_sync_step == 7 and again.engine_sync.stale  # pushes before its first rollout
+    assert again.last_sync_step == 7 and again.engine_sync.stale  # pushes before its first rollout
 
 
 def test_a_push_probes_the_first_rows_of_the_last_rollout() -> None:
     made, _ = source(engine="hf_copy", sync_probe_rows=3)
     made.start(None)
-    first = made.take(PromptBatch([record(p) for p in range(2)]), StepContext(step=0, world_size=1, data=None))[0]
-    rollout, _ = made.take(PromptBatch([record(p) for p in range(2, 4)]), StepContext(step=1, world_size=1, data=None))
-    made.after_step(2)  # sync_every=1: pushed, probed on rows 0..2 of this step's rollout (row r is prompt r // G)
+    first = made.take(PromptBatch([record(p) for p in range(2)]), call(0))
+    rollout = made.take(PromptBatch([record(p) for p in range(2, 4)]), call(1))
+    made.after_step(
+        call(2)
+    )  # sync_every=1: pushed, probed on rows 0..2 of this step's rollout (row r is prompt r // G)
     G = rollout.group_size
     assert made.engine_sync.probe == ([rollout.prompt_ids[r // G] for r in range(3)], rollout.completion_ids[:3])
     assert first.completion_ids[:3] != rollout.completion_ids[:3]
@@ -108,7 +133,7 @@ def test_dynamic_sampling_keeps_informative_groups_drawn_from_the_cursor() -> No
     made, _ = source(dynamic_sampling=DynamicSampling(max_rounds=3, oversample=2.0))
     data = Stream()
     made.start(data)
-    rollout, _ = made.take(PromptBatch([record(p) for p in range(4)]), StepContext(step=0, world_size=1, data=data))
+    rollout = made.take(PromptBatch([record(p) for p in range(4)]), call(0, data))
     assert data.drawn >= 4  # the loader's batch only paces the step: its prompts are not the ones trained on
     spread = rollout.rewards.view(rollout.num_prompts, rollout.group_size)  # (P, G)
     assert rollout.num_prompts <= 4
@@ -129,12 +154,15 @@ def test_asynchronous_rollouts_hand_over_each_batch_once_at_bounded_staleness() 
     for step in range(4):
         data.train_position = step + 1  # the data module counts a batch when it reaches the training step
         batch = PromptBatch(data.train_batch(step))
-        rollout, stats = made.take(batch, StepContext(step=step, world_size=1, data=data))
-        assert rollout.num_prompts == 4 and "rollout/staleness_max" in stats
-        last = made.schedule.last  # type: ignore[attr-defined]
-        staleness.append(last.staleness)
+        timer = PhaseTimer()
+        rollout = made.take(batch, call(step, data, timer=timer))
+        # the batch's own statistics ride on it (the module logs them as rollout/*), the waits go to the timer
+        assert rollout.num_prompts == 4 and rollout.stats["staleness_max"] == min(step, 1)
+        assert {"wait", "wait_trainer", "wait_engine"} <= set(timer.seconds)
+        assert made.asynchronous is not None and made.asynchronous.last is not None
+        staleness.append(made.asynchronous.last.staleness)
         positions.append([r.position for r in batch.records])
-        made.after_step(step + 1)
+        made.after_step(call(step + 1))
     made.close()
     assert staleness == [0, 1, 1, 1]
     assert positions == [[4 * i + j for j in range(4)] for i in range(4)]
@@ -146,3 +174,44 @@ def test_a_consumer_whose_settings_do_not_fit_is_refused() -> None:
         settings.check_consumer(Consumer(nn.Linear(1, 1), None, importance_correction="none"))
     with pytest.raises(ValueError, match="val_samples=4 is fewer than the largest pass@k k=8"):
         settings.check_consumer(Consumer(nn.Linear(1, 1), None, pass_at_k_ks=[1, 8]))
+
+
+@pytest.mark.parametrize("settings", [{"engine": "hf_copy"}, {"engine": "hf_copy", "max_staleness": 1}])
+def test_each_push_is_logged_at_the_step_of_the_call_that_made_it(settings: dict[str, Any]) -> None:
+    """Synchronous and asynchronous (the generator thread's push): the step comes with the call, nothing else."""
+    made, _ = source(**settings)
+    data = Stream()
+    made.start(data)
+    log = Logged()
+    for step, done in [(0, 3), (1, 7), (2, 9)]:  # a batch may take several optimizer steps: 3, 7, 9 after each
+        data.train_position = step + 1
+        made.take(PromptBatch(data.train_batch(step)), call(3 * step, data, log=log))  # the start's push: at 0
+        made.after_step(call(done, data, log=log))
+    made.close()
+    assert log.steps("rollout/sync_seconds") == [0, 3, 7, 9]
+    assert log.steps("rollout/sync_logprob_delta") == [0, 3, 7, 9]  # each checked (hf_copy holds its own weights)
+    assert made.last_sync_step == 9
+
+
+def test_the_hf_engine_push_moves_nothing_and_reports_a_zero_gap() -> None:
+    made, _ = source(engine="hf")
+    made.start(None)
+    assert made.engine is not None and not made.engine.has_own_weights
+    log = Logged()
+    made.take(PromptBatch([record(p) for p in range(2)]), call(4, log=log))
+    assert [(step, metrics["rollout/sync_logprob_delta"]) for step, metrics in log.rows] == [(4, 0.0)]
+    made.close()
+
+
+def test_an_evaluation_push_is_logged_at_its_call_and_the_timer_is_the_calls() -> None:
+    made, _ = source(engine="hf_copy", sync_every=3)
+    made.start(None)
+    timer, log = PhaseTimer(), Logged()
+    made.take(PromptBatch([record(p) for p in range(2)]), call(0, log=log, timer=timer))
+    assert {"sync", "generate", "reward"} <= set(timer.seconds) and timer.tokens_per_s("generate") > 0
+    made.after_step(call(1, log=log))  # sync_every=3: no push yet
+    assert log.steps("rollout/sync_seconds") == [0]
+    # an evaluation during fit after unpushed optimizer steps pushes first, at its own step
+    made.evaluation(PromptBatch([record(p) for p in range(2)]), call(1, log=log), stream=1, in_fit=True)
+    assert log.steps("rollout/sync_seconds") == [0, 1]
+    made.close()

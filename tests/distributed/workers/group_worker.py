@@ -18,6 +18,7 @@ import torch.distributed as dist
 from lit_fgrpo.distributed import (
     RankFailure,
     fail_together,
+    gather_objects,
     global_max,
     global_nanmean,
     global_sum,
@@ -138,7 +139,7 @@ def rollout_statistics(rank: int, world: int) -> None:
     expected = rollout_stats(whole.rewards, *whole_adv, whole.completion_mask)
     expected |= {"rollout/failed_maze": 2.0, "rollout/tokens_per_s": 10.0 * world}
     expected["rollout/frac_truncated"] = float((whole.completion_mask.sum(1) == 8).float().mean())
-    got = global_rollout_stats(share, share_adv)
+    got = global_rollout_stats(share, share_adv, gather_objects)
     assert got.keys() == expected.keys(), sorted(set(got) ^ set(expected))
     for key, value in expected.items():
         assert abs(got[key] - value) < 1e-6, (key, got[key], value)

@@ -19,9 +19,9 @@ from torch import nn
 
 from lit_fgrpo.distributed import RankFailure
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
-from lit_fgrpo.engines.select import build_engine
 from lit_fgrpo.engines.sync_check import WeightSyncError
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.rollout.engine_select import build_engine
 from lit_fgrpo.servers import ServerError
 from lit_fgrpo.servers.ranks import RankedEngine
 

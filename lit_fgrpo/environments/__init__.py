@@ -1,0 +1,55 @@
+"""Multi-turn episodes: environments, tools, the token-in/token-out episode, and the batched driver.
+
+See ``docs/environments.md`` for the interface with a complete example.
+"""
+
+from lit_fgrpo.environments.base import (
+    BUILTIN_ENVIRONMENTS,
+    Environment,
+    EnvironmentFactory,
+    TextEnvironment,
+    load_environment,
+    tool_names,
+)
+from lit_fgrpo.environments.driver import EpisodeDriver, EpisodeStart, Generate, episode_stats
+from lit_fgrpo.environments.episode import (
+    Episode,
+    EpisodeLimits,
+    Segment,
+    TrainingRow,
+    sample_seed,
+    training_row,
+    turn_seed,
+)
+from lit_fgrpo.environments.faults import EnvironmentFault
+from lit_fgrpo.environments.rows import pad_training_rows
+from lit_fgrpo.environments.tools import ToolCall, ToolCallError, ToolError, parse_tool_calls, tool_instructions
+from lit_fgrpo.environments.turns import ChatTurns
+
+__all__ = [
+    "BUILTIN_ENVIRONMENTS",
+    "ChatTurns",
+    "Environment",
+    "EnvironmentFactory",
+    "EnvironmentFault",
+    "Episode",
+    "EpisodeDriver",
+    "EpisodeLimits",
+    "EpisodeStart",
+    "Generate",
+    "Segment",
+    "TextEnvironment",
+    "ToolCall",
+    "ToolCallError",
+    "ToolError",
+    "TrainingRow",
+    "episode_stats",
+    "load_environment",
+    "pad_training_rows",
+    "parse_tool_calls",
+    "sample_seed",
+    "tool_instructions",
+    "tool_names",
+    "training_row",
+    "turn_seed",
+]

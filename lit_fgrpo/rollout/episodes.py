@@ -1,0 +1,248 @@
+"""Multi-turn episodes in the rollout path: the collector's branch when ``--rollout.environment`` is set.
+
+:class:`EpisodeRollouts` is what :class:`~lit_fgrpo.rollout.collect.RolloutCollector` runs instead of one
+``generate`` call when an environment is configured; everything after it (the schedules, the update, the
+statistics over ranks, checkpoints) sees an ordinary :class:`~lit_fgrpo.rollout.batch.RolloutBatch`. For P records
+and ``sampling.n = G`` it
+
+1. starts G episodes per record (row ``i * G + j``, prompt-major as single-turn rows): episode ``j`` of prompt ``i``
+   has the seed :func:`~lit_fgrpo.environments.sample_seed` of the prompt's own seed (``prompt_seed(base,
+   position, step, stream)``, as the single-turn collector seeds it), so a run is reproducible and does not depend
+   on the rank layout;
+2. advances every live episode together, one ``engine.generate`` call per turn with ``n = 1`` and the same
+   ``max_tokens`` (the turn's tokens) on every call and rank (:class:`~lit_fgrpo.environments.EpisodeDriver`); a
+   rank whose episodes end early still takes part in each of the ``max_turns`` rounds of an engine the ranks share;
+3. packs each episode as one training row (:func:`~lit_fgrpo.environments.pad_training_rows`): loss mask 1 on the
+   model's tokens, 0 on the environment's, the sampling log-probs on the model's tokens;
+4. scores the final verdict: the reward functions read the last assistant message (``completions``), the whole
+   conversation (column ``messages``) and the environment's ``get_reward()`` (column ``environment_reward``, the
+   reward function named ``environment``). An unscorable episode (an environment fault) gets reward NaN and
+   verdict False: left out of mu_hat and the loss, counted in ``environment_errors``, never scored 0.
+
+The model's context is kept ``max_tokens`` short (:func:`episode_context`): every request of a turn then fits the
+engine, whichever row is longest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from lit_fgrpo.distributed.rank_layout import prompt_seeds
+from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.environments import (
+    ChatTurns,
+    Episode,
+    EpisodeDriver,
+    EpisodeStart,
+    episode_stats,
+    pad_training_rows,
+    sample_seed,
+    training_row,
+)
+from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.rewards.base import RewardResult
+from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, RolloutSettings
+
+if TYPE_CHECKING:
+    from lit_fgrpo.data.records import PromptRecord
+
+
+class Scoring(Protocol):
+    """What the episodes use of their :class:`~lit_fgrpo.rollout.collect.RolloutCollector`: its engine, padding and
+    scoring."""
+
+    engine: RolloutEngine
+    pad_token_id: int
+
+    def score(
+        self,
+        records: Sequence[PromptRecord],
+        completions: Sequence[str],
+        extra_columns: dict[str, list[Any]],
+        group_size: int,
+    ) -> RewardResult:
+        """Score the completions with the collector's rewards (each prompt's columns, then ``extra_columns``)."""
+        ...
+
+
+FIRST_TURN = "correct_first_turn"
+"""The statistic of the episodes that are correct after one model turn (for ``retry``: right at the first attempt)."""
+
+
+def environment_reward(prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float | None]:
+    """The reward function ``environment``: each episode's ``get_reward()`` (``None``, unscorable, without one)."""
+    return list(columns.get("environment_reward") or [None] * len(completions))
+
+
+environment_reward.__name__ = ENVIRONMENT_REWARD  # logged as rollout/reward_environment
+
+
+def episode_context(policy_context: int | None, engine_context: int | None, turn_tokens: int) -> int | None:
+    """The tokens (prompt included) an episode may fill: the model's context less one turn's ``max_tokens``, so that
+    a request never asks the engine for more than its context (``None``: no limit known).
+
+    Raises:
+        ConfigError: If the context leaves no room for a turn.
+    """
+    known = [c for c in (policy_context, engine_context) if c]
+    if not known:
+        return None
+    context = min(known)
+    if context <= turn_tokens:
+        raise ConfigError(
+            f"--rollout.max_turn_tokens (else --rollout.sampling.max_tokens): a turn of {turn_tokens} tokens does not "
+            f"fit the model's context of {context}"
+        )
+    return context - turn_tokens
+
+
+def policy_context(policy: Any) -> int | None:
+    """The policy's context length (``config.max_position_embeddings``), when its config states one."""
+    config = getattr(policy, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class EpisodeRollouts:
+    """The multi-turn part of a collector, built once per engine (:meth:`build`)."""
+
+    driver: EpisodeDriver
+    """The environment, its chat turns, limits and timeout."""
+    turn_tokens: int
+    """``max_tokens`` of every turn's ``generate`` call (the same on every rank; the driver cuts a row at its own cap)."""
+    mask_truncated: bool
+    """No loss on a truncated episode (``--rollout.mask_truncated_completions``)."""
+
+    @classmethod
+    def build(cls, settings: RolloutSettings, tokenizer: Any, policy: Any) -> EpisodeRollouts:
+        """From the settings (the environment already checked), the policy's tokenizer (its chat template is checked
+        here: before the first step) and the policy (its context)."""
+        factory = settings.environment_factory
+        assert factory is not None, "EpisodeRollouts needs --rollout.environment"
+        turns = ChatTurns(tokenizer, tools=factory.tool_schemas())
+        engine_context = (settings.engine_kwargs or {}).get("max_model_len")
+        context = episode_context(policy_context(policy), engine_context, settings.turn_tokens)
+        limits = settings.episode_limits(context)
+        driver = EpisodeDriver(factory, turns, limits, settings.environment_timeout)
+        return cls(driver, settings.turn_tokens, settings.mask_truncated_completions)
+
+    def turn_sampling(self, sampling: SamplingConfig) -> SamplingConfig:
+        """One turn's sampling: one continuation per episode, at most :attr:`turn_tokens`."""
+        return replace(sampling, n=1, max_tokens=self.turn_tokens)
+
+    def join_rounds(self, engine: RolloutEngine, sampling: SamplingConfig) -> None:
+        """Take part, without episodes, in the ``max_turns`` rounds a collect makes (dynamic sampling's skipping
+        ranks, with an engine the ranks share)."""
+        for _ in range(self.driver.limits.max_turns):
+            engine.join_round(self.turn_sampling(sampling))
+
+    def starts(self, records: Sequence[PromptRecord], sampling: SamplingConfig, step: int, stream: int) -> list[Any]:
+        """G episode starts per record, prompt-major, each with its own seed and its record's row."""
+        positions = [i if record.position is None else record.position for i, record in enumerate(records)]
+        if sampling.seed is not None:
+            group_seeds = prompt_seeds(sampling.seed, positions, step, stream)
+        else:  # unseeded: the global RNG, as an unseeded engine call draws from it
+            group_seeds = torch.randint(0, 2**62, (len(records),)).tolist()
+        turns = self.driver.turns
+        starts = []
+        for record, group_seed in zip(records, group_seeds):
+            prompt = record.prompt_ids
+            if record.messages is not None and turns.tools:
+                prompt = turns.prompt_ids(record.messages)  # the tools listed in the prompt
+            row = {"prompt": record.prompt, **record.columns}
+            for j in range(sampling.n):
+                starts.append(EpisodeStart(list(prompt), sample_seed(group_seed, j), row, record.messages))
+        return starts
+
+    def run(self, engine: RolloutEngine, starts: Sequence[EpisodeStart], sampling: SamplingConfig) -> list[Episode]:
+        """The episodes, run to their end: one ``engine.generate`` call per turn for all live episodes."""
+        turn = self.turn_sampling(sampling)
+
+        def generate(prompts: list[list[int]], caps: list[int], seeds: list[int]) -> list[Any]:
+            out = engine.generate(prompts, turn, seeds)
+            logprobs: Sequence[list[float] | None] = out.sampling_logprobs or [None] * len(out.completion_ids)
+            return list(zip(out.completion_ids, logprobs, out.finished))
+
+        return self.driver.run(starts, generate, join=lambda: engine.join_round(turn))
+
+    def collect(
+        self,
+        collector: Scoring,
+        records: Sequence[PromptRecord],
+        sampling: SamplingConfig,
+        step: int,
+        stream: int,
+    ) -> RolloutBatch:
+        """The collector's :meth:`~lit_fgrpo.rollout.collect.RolloutCollector.collect` for multi-turn episodes."""
+        P, G = len(records), sampling.n
+        starts = self.starts(records, sampling, step, stream)
+        episodes = self.run(collector.engine, starts, sampling)
+        rows = [training_row(episode, self.mask_truncated) for episode in episodes]
+        ids, attn, mask, sampling_logp = pad_training_rows(rows, collector.pad_token_id)  # (B, Tp+T) x2, (B, T) x2
+        completions = [last_reply(episode) for episode in episodes]
+        prompts = [record.prompt for record in records for _ in range(G)]
+        model_tokens = [model_token_count(episode) for episode in episodes]
+        extra: dict[str, list[Any]] = {
+            "completion_length": model_tokens,
+            "messages": [row.messages for row in rows],
+            "environment_reward": [row.reward for row in rows],
+        }
+        scored = collector.score(records, completions, extra, G)
+        unscorable = torch.tensor([row.unscorable is not None for row in rows], dtype=torch.bool)  # (B,)
+        rewards = scored.rewards.masked_fill(unscorable, float("nan"))  # (B,)
+        correct = scored.correct & ~unscorable  # (B,)
+        seconds = self.driver.seconds
+        generated = sum(model_tokens)
+        stats = {
+            "tokens_per_s": generated / max(seconds["generate"], 1e-9),
+            "generation_seconds": seconds["generate"],
+            "environment_seconds": seconds["environment"],
+            "frac_truncated": sum(row.truncated for row in rows) / max(len(rows), 1),
+            "generated_tokens": float(generated),
+            FIRST_TURN: float(sum(bool(c) and e.turns == 1 for c, e in zip(correct, episodes))) / len(rows),
+            **episode_stats(episodes, self.driver.factory.tools),
+        }
+        stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
+        stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))
+        stats["reward_wrong_length"] = float(sum(scored.num_wrong_length.values()))
+        for name, count in scored.num_failed.items():
+            stats[f"failed_{name}"] = float(count)
+        for name, values in scored.per_function.items():
+            valid = values[~unscorable].float()  # (V,) an unscorable episode's value is not the function's
+            stats[f"reward_{name}"] = float(torch.nanmean(valid)) if valid.numel() else 0.0
+        return RolloutBatch(
+            input_ids=ids,
+            attention_mask=attn,
+            completion_mask=mask,
+            rewards=rewards.view(P, G),
+            correct=correct.view(P, G),
+            max_completion_length=self.driver.limits.max_episode_tokens,
+            sampling_logp=sampling_logp,
+            prompts=prompts,
+            completions=completions,
+            prompt_ids=[list(starts[i * G].prompt_ids) for i in range(P)],  # (P,) as the episodes began
+            completion_ids=[row.completion_ids for row in rows],
+            stats=stats,
+            row_prompt_ids=[row.prompt_ids for row in rows],
+            conversations=[row.messages for row in rows],
+        )
+
+
+def last_reply(episode: Episode) -> str:
+    """The episode's last assistant message (its final answer), ``""`` when the model never spoke."""
+    replies = [m["content"] for m in episode.messages if m.get("role") == "assistant"]
+    return replies[-1] if replies else ""
+
+
+def model_token_count(episode: Episode) -> int:
+    """Tokens the model sampled in the episode (its environment's not counted)."""
+    return sum(len(segment.ids) for segment in episode.segments if segment.trained)
+
+
+__all__ = ["FIRST_TURN", "EpisodeRollouts", "environment_reward", "episode_context", "last_reply", "policy_context"]
