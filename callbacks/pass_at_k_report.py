@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,30 @@ from lit_fgrpo.reporting.artifacts import log_figure
 from lit_fgrpo.reporting.pass_at_k_figure import pass_at_k_figure, pass_at_k_from_metrics
 from lit_fgrpo.reporting.run_ending import final_validation_due, resumed_at_end, run_final_validation
 
-PREFIX = "val/pass_at_"
-"""The metrics this callback reads (logged by the module's ``on_validation_epoch_end``)."""
+HELD_OUT = re.compile(r"^val/((?:ci95_)?pass_at_\d+)$")
+"""The metrics this callback reads (logged by the module): ``val/pass_at_<k>`` and ``val/ci95_pass_at_<k>``."""
+
+
+def _cell(values: dict[str, float], name: str) -> str:
+    mean, half = values.get(name, math.nan), values.get(f"ci95_{name}")
+    text = f"{mean:.3f}" if half is None or math.isnan(half) else f"{mean:.3f} +- {half:.3f}"
+    return f"{text:<18}"
 
 
 def format_report(before: dict[str, float], after: dict[str, float]) -> str:
-    """The before/after table, one ``pass_at_k`` per line."""
-    lines = ["held-out pass@k        before RL    after RL"]
-    for name in before:
-        lines.append(f"  {name:<20} {before[name]:>9.3f}   {after.get(name, math.nan):>9.3f}")
+    """The before/after table, one ``pass_at_k`` per line, each with the half-width of its 95 % interval over the
+    held-out questions where known (``ci95_pass_at_<k>``)."""
+    intervals = any(name.startswith("ci95_") for name in (*before, *after))
+    lines = ["held-out pass@k     " + _cell_title("before RL") + _cell_title("after RL").rstrip()]
+    if intervals:
+        lines[0] += "   (+- half-width of the 95 % interval over the questions)"
+    for name in (n for n in before if n.startswith("pass_at_")):
+        lines.append(f"  {name:<18}{_cell(before, name)}{_cell(after, name)}".rstrip())
     return "\n".join(lines)
+
+
+def _cell_title(title: str) -> str:
+    return f"{title:<18}"
 
 
 class PassAtKReport(L.Callback):
@@ -61,9 +76,9 @@ class PassAtKReport(L.Callback):
         if trainer.sanity_checking:
             return
         values = {
-            key.removeprefix("val/"): float(value)
+            match.group(1): float(value)
             for key, value in trainer.callback_metrics.items()
-            if key.startswith(PREFIX)
+            if (match := HELD_OUT.match(key))
         }
         if values:
             self.after = values

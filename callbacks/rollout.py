@@ -41,7 +41,8 @@ class RolloutCallback(L.Callback):
         self.settings = RolloutSettings.with_overrides(settings, overrides)
         self.source = RolloutSource(self.settings)
         self.start_pass_at_k: dict[str, float] = {}
-        """Held-out pass@k before the first RL step (``validate_at_start``); reported by ``PassAtKReport``."""
+        """Held-out pass@k before the first RL step (``validate_at_start``) and its intervals (``ci95_pass_at_<k>``);
+        reported by ``PassAtKReport``."""
         self.log: LogFn = no_log
         """Where the rollout side's metrics go: the trainer's logger (set at setup)."""
 
@@ -107,7 +108,7 @@ class RolloutCallback(L.Callback):
             ks = cast(RolloutConsumer, pl_module).pass_at_k_ks
             values = self.source.evaluate(batches, ks, trainer.global_step, pl_module.device)
             # the before/after report is pass@k's; other held-out values (an episode's first turn) are only logged
-            self.start_pass_at_k = {k: v for k, v in values.items() if k.startswith("pass_at_")}
+            self.start_pass_at_k = {k: v for k, v in values.items() if k.startswith(("pass_at_", "ci95_pass_at_"))}
             if values:
                 self.log({f"val/{k}": v for k, v in values.items()}, 0)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -21,6 +23,12 @@ class PassAtK(Metric):
     ``compute()`` returns a scalar tensor for a single int k, or ``{"pass_at_1": ..., "pass_at_256": ...}``
     for a list. Keys never contain ``@`` (MLflow strips it).
 
+    ``statistic="ci95"`` makes ``compute()`` return the half-width of the normal 95 % interval of that mean over
+    problems instead (keys ``ci95_pass_at_<k>``): with x_p the pass@k of problem p over P problems,
+    ``1.96 * sqrt(sum_p (x_p - mean)^2 / (P - 1) / P)``, NaN below 2 problems. The held-out questions are a sample
+    of the task's, so this is the interval a second draw of questions would fall in; :meth:`half_width` gives it
+    beside the mean of the same metric.
+
     Example:
         >>> metric = PassAtK([1, 2])
         >>> metric.update(torch.tensor([[True, False], [False, False]]))
@@ -33,10 +41,16 @@ class PassAtK(Metric):
     full_state_update = False
 
     pass_sum: Tensor
+    pass_sq_sum: Tensor
     num_problems: Tensor
 
-    def __init__(self, k: int | Sequence[int] = 1, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, k: int | Sequence[int] = 1, statistic: Literal["mean", "ci95"] = "mean", **kwargs
+    ) -> None:
         super().__init__(**kwargs)
+        if statistic not in ("mean", "ci95"):
+            raise ValueError(f"PassAtK: statistic must be 'mean' or 'ci95', got {statistic!r}")
+        self.statistic = statistic
         ks = [k] if isinstance(k, int) else list(k)
         if not ks:
             raise ValueError("PassAtK: k must be an int or a non-empty list of ints")
@@ -46,6 +60,7 @@ class PassAtK(Metric):
         self.ks: list[int] = [int(v) for v in ks]
         self.single = isinstance(k, int)
         self.add_state("pass_sum", default=torch.zeros(len(self.ks), dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("pass_sq_sum", default=torch.zeros(len(self.ks), dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("num_problems", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, correct: Tensor) -> None:  # type: ignore[override]
@@ -66,11 +81,30 @@ class PassAtK(Metric):
         num_samples = torch.full_like(num_correct, n)  # (P,)
         values = torch.stack([pass_at_k(num_samples, num_correct, k) for k in self.ks])  # (K, P)
         self.pass_sum += values.sum(dim=1).to(self.pass_sum.device)
+        self.pass_sq_sum += (values.to(torch.float64) ** 2).sum(dim=1).to(self.pass_sq_sum.device)
         self.num_problems += correct.shape[0]
 
+    def _half_widths(self) -> Tensor:
+        n = self.num_problems
+        mean = self.pass_sum / n.clamp(min=1)  # (K,)
+        # sum of squared deviations from the sums; clamped: rounding can make an all-equal sample's slightly negative
+        squares = (self.pass_sq_sum - n * mean**2).clamp(min=0)  # (K,)
+        if float(n) < 2:
+            return torch.full_like(mean, math.nan)
+        return 1.96 * (squares / (n - 1) / n).sqrt()  # (K,)
+
+    def half_width(self) -> dict[str, float]:
+        """``{"ci95_pass_at_<k>": half-width}`` of the 95 % interval of each mean (see the class docstring)."""
+        return {f"ci95_pass_at_{k}": float(v) for k, v in zip(self.ks, self._half_widths(), strict=True)}
+
     def compute(self) -> Tensor | dict[str, Tensor]:  # type: ignore[override]
-        """Mean pass@k over the problems seen."""
-        mean = self.pass_sum / self.num_problems.clamp(min=1)  # (K,)
+        """Mean pass@k over the problems seen (or its 95 % half-width, with ``statistic="ci95"``)."""
+        if self.statistic == "ci95":
+            values = self._half_widths()  # (K,)
+            prefix = "ci95_pass_at_"
+        else:
+            values = self.pass_sum / self.num_problems.clamp(min=1)  # (K,)
+            prefix = "pass_at_"
         if self.single:
-            return mean[0]
-        return {f"pass_at_{k}": mean[i] for i, k in enumerate(self.ks)}
+            return values[0]
+        return {f"{prefix}{k}": values[i] for i, k in enumerate(self.ks)}

@@ -162,8 +162,8 @@ class RolloutSource:
     def evaluate(
         self, batches: Iterable[Sequence[Any]], ks: list[int], step: int, device: torch.device | str = "cpu"
     ) -> dict[str, float]:
-        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt); with an
-        environment also ``correct_first_turn``, the share of episodes right at their first reply.
+        """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt) and the
+        half-width of each one's 95 % interval over the questions (``ci95_pass_at_<k>``); with an environment also ``correct_first_turn``, the share of episodes right at their first reply.
 
         ``device`` is the module's: the metric's states are reduced across ranks on the trainer's process group,
         and NCCL reduces CUDA tensors only.
@@ -186,7 +186,7 @@ class RolloutSource:
             return {}
         result = metric.compute()
         assert isinstance(result, dict)
-        values = {name: float(value) for name, value in result.items()}
+        values = {name: float(value) for name, value in result.items()} | metric.half_width()
         if self.settings.environment_factory is not None:
             values[FIRST_TURN] = float(first_turn.compute())
         return values

@@ -237,7 +237,8 @@ class FGRPOModule(PassAtKSteps):
     @property
     def pass_at_k_ks(self) -> list[int]:
         """The k values of pass@k logged in validation and test (``val_pass_at_k``), ascending."""
-        return [metric.ks[0] for metric in self.held_out.values() if isinstance(metric, PassAtK)]
+        means = [m for m in self.held_out.values() if isinstance(m, PassAtK) and m.statistic == "mean"]
+        return [metric.ks[0] for metric in means]
 
     @property
     def temperature(self) -> float:

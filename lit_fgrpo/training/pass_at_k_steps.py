@@ -55,9 +55,11 @@ class WeightedMean(Metric):
 
 
 def held_out_metrics(ks: Sequence[int]) -> nn.ModuleDict:
-    """One metric per held-out value: ``pass_at_<k>`` for each k (:class:`~lit_fgrpo.metrics.PassAtK`), the reward mean
-    and the first-turn share (:class:`WeightedMean`)."""
+    """One metric per held-out value: ``pass_at_<k>`` for each k and the half-width of its 95 % interval over the
+    questions, ``ci95_pass_at_<k>`` (:class:`~lit_fgrpo.metrics.PassAtK`), the reward mean and the first-turn share
+    (:class:`WeightedMean`)."""
     metrics: dict[str, Metric] = {f"pass_at_{k}": PassAtK(int(k)) for k in ks}
+    metrics |= {f"ci95_pass_at_{k}": PassAtK(int(k), statistic="ci95") for k in ks}
     return nn.ModuleDict(metrics | {REWARD_MEAN: WeightedMean(), FIRST_TURN: WeightedMean()})
 
 

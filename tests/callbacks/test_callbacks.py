@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import io
 import logging
 import random
@@ -50,6 +52,8 @@ def test_report_logs_before_and_after(tmp_path: Path, caplog: pytest.LogCaptureF
         "0.250",
         "0.500",
     ]
+    row = format_report({"pass_at_1": 0.25, "ci95_pass_at_1": 0.125}, {"pass_at_1": 0.5}).splitlines()[1]
+    assert row.split() == ["pass_at_1", "0.250", "+-", "0.125", "0.500"]
     data = maze_data(num_train=32)
     rollouts = word_count_rollouts(validate_at_start=True)
     report = PassAtKReport()
@@ -60,7 +64,13 @@ def test_report_logs_before_and_after(tmp_path: Path, caplog: pytest.LogCaptureF
     )  # fmt: skip
     with caplog.at_level(logging.INFO):
         trainer.fit(tiny_module(val_pass_at_k=[1, 4]), data)
-    assert set(rollouts.start_pass_at_k) == set(report.after) == {"pass_at_1", "pass_at_4"}
-    assert "held-out pass@k" in caplog.text
+    # the before values come from the callback's own evaluation, the after values from the module's metrics:
+    # both carry each pass@k's interval over the held-out questions, and the two agree on the same kind of numbers
+    keys = {"pass_at_1", "pass_at_4", "ci95_pass_at_1", "ci95_pass_at_4"}
+    assert set(rollouts.start_pass_at_k) == set(report.after) == keys
+    assert all(0 <= report.after[k] <= 1 for k in keys)
+    assert "held-out pass@k" in caplog.text and " +- " in caplog.text
+    saved = json.loads((Path(trainer.default_root_dir) / "pass_at_k.json").read_text())
+    assert set(saved["before"]) == set(saved["after"]) == keys
     metrics = (Path(logger.log_dir) / "metrics.csv").read_text()
     assert "final/pass_at_1" in metrics and "final/start_pass_at_4" in metrics

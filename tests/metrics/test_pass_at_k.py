@@ -118,3 +118,33 @@ def test_count_true_per_row_matches_sum(shape: tuple[int, int]) -> None:
         correct = torch.rand(*shape) < density
         assert torch.equal(count_true_per_row(correct), correct.sum(1))
     assert torch.equal(count_true_per_row(correct[:, ::2]), correct[:, ::2].sum(1))  # non-contiguous fallback
+
+
+def test_half_width_against_the_sample_standard_deviation_over_problems() -> None:
+    import statistics
+
+    correct = torch.rand(41, 16) < 0.3
+    per_problem = [exact(16, int(c), 4) for c in correct.sum(1)]
+    want = 1.96 * statistics.stdev(per_problem) / math.sqrt(len(per_problem))
+    metric = PassAtK([1, 4])
+    metric.update(correct[:30])
+    metric.update(correct[30:])  # the interval comes from summed states, as after a DDP reduction
+    assert metric.half_width()["ci95_pass_at_4"] == pytest.approx(want, rel=1e-9)
+    interval = PassAtK(4, statistic="ci95")
+    interval.update(correct)
+    assert float(interval.compute()) == pytest.approx(want, rel=1e-9)  # type: ignore[arg-type]
+    # keys name the statistic, so that nothing reading pass_at_<k> takes an interval for a mean
+    intervals = PassAtK([1, 4], statistic="ci95")
+    intervals.update(correct)
+    assert set(intervals.compute()) == {"ci95_pass_at_1", "ci95_pass_at_4"}  # type: ignore[arg-type]
+
+
+def test_half_width_of_one_problem_is_nan_and_of_equal_problems_zero() -> None:
+    one = PassAtK(1)
+    one.update(torch.tensor([[True, False]]))
+    assert math.isnan(one.half_width()["ci95_pass_at_1"])
+    same = PassAtK(1)
+    same.update(torch.tensor([[True, False]] * 7))
+    assert same.half_width()["ci95_pass_at_1"] == 0.0
+    with pytest.raises(ValueError, match="statistic"):
+        PassAtK(1, statistic="sd")  # type: ignore[arg-type]
