@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import io
+import json
 import logging
 import random
 from pathlib import Path
