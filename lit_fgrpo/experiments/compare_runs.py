@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from lit_fgrpo.errors import ConfigError, DataError
+from lit_fgrpo.experiments.compare_curves import curve_figure, load_run, training_table
 from lit_fgrpo.experiments.evidence_stats import MIN_SEEDS, classify_gain, h1_verdict, paired
 from lit_fgrpo.reporting.progress import format_duration
 
@@ -57,6 +58,12 @@ class CompareSettings:
     """Smallest effect of interest (the maze test's)."""
     parallel: int = 1
     """Runs at once (each on ``torch threads = cores / parallel``)."""
+    preregistration: dict[str, Any] = field(default_factory=dict)
+    """What was fixed before any run (metrics, seeds, the rule, the minimum detectable effect aimed at): written at
+    the top of the report and into the verdict file, unchanged."""
+    mlflow: str | None = None
+    """An MLflow tracking URI (e.g. ``sqlite:///mlflow.db``): the report, the verdict and the learning-curve figure
+    are logged there as one run of the experiment ``lit-fgrpo compare`` (None: files only)."""
 
     def __post_init__(self) -> None:
         if self.baseline not in self.arms:
@@ -185,7 +192,11 @@ def _ci(s: dict[str, Any], signed: bool = False) -> str:
 def render(result: dict[str, Any], settings: CompareSettings) -> str:
     """The markdown report."""
     metrics = result["metrics"]
-    lines = [f"Runs: `{settings.out_dir}`, seeds {settings.seeds}; configs {settings.fit_configs} "
+    lines = []
+    if settings.preregistration:
+        lines += ["Pre-registered before the runs (the compare file's `preregistration`):", "",
+                  "```", yaml.safe_dump(settings.preregistration, sort_keys=False, width=110).strip(), "```", ""]  # fmt: skip
+    lines += [f"Runs: `{settings.out_dir}`, seeds {settings.seeds}; configs {settings.fit_configs} "
              f"with {' '.join(settings.fit_args)}. Intervals: two-sided 95 % t over seeds.", "",
              "| arm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]  # fmt: skip
     for arm, per in [("before RL (all runs)", result["before_rl"]), *result["summary"].items()]:
@@ -202,6 +213,9 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
     for name, verdict in result["verdicts"].items():
         lines.append(f"**H1 ({name} gains in both pass@1 and {metrics[-1]}): {verdict}.** Smallest effect of "
                      f"interest {settings.delta}; a verdict needs at least {MIN_SEEDS} seeds.")  # fmt: skip
+    if result.get("training"):
+        lines += ["", "While training (each run's CSV log; means over a run's steps, then over the arm's runs, "
+                  "their range in brackets):", "", *training_table(result["training"])]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -229,13 +243,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.report_only:
         run_all(settings)
     result = analyse(settings, collect(settings))
+    curves, summaries = training_records(settings)
+    result["training"] = summaries
+    result["curves"] = {arm: [{str(k): v for k, v in c.items()} for c in per] for arm, per in curves.items()}
+    result["preregistration"] = settings.preregistration
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = render(result, settings)
     (out / "compare_report.md").write_text(text)
     (out / "compare_verdict.json").write_text(json.dumps(result, indent=2) + "\n")
+    figure = None
+    if any(curves.values()):
+        start = result["before_rl"].get("pass_at_1", {}).get("mean")
+        figure = curve_figure(curves, start)
+        figure.savefig(out / "learning_curve.png")
+        text += f"\nlearning curve: {out / 'learning_curve.png'}\n"
+    if settings.mlflow is not None:
+        text += f"logged to MLflow: {log_to_mlflow(settings, out, figure)}\n"
     print(text)
     return 0
+
+
+def training_records(
+    settings: CompareSettings,
+) -> tuple[dict[str, list[dict[int, float]]], dict[str, list[dict[str, float]]]]:
+    """Arm -> each finished run's held-out curve, and arm -> each run's training statistics (from the CSV logs)."""
+    curves: dict[str, list[dict[int, float]]] = {arm: [] for arm in settings.arms}
+    summaries: dict[str, list[dict[str, float]]] = {arm: [] for arm in settings.arms}
+    for arm in settings.arms:
+        for seed in settings.seeds:
+            folder = run_dir(settings, seed, arm)
+            loaded = load_run(folder) if (folder / RESULTS).is_file() else None
+            if loaded is not None:
+                curves[arm].append(loaded[0])
+                summaries[arm].append(loaded[1])
+    return curves, summaries
+
+
+def log_to_mlflow(settings: CompareSettings, out: Path, figure: Any) -> str:
+    """Log the report, the verdict and the figure as one MLflow run; returns ``runs:/<id>``."""
+    import mlflow  # lazy: an optional heavy import, only for a compare file that names a store
+
+    client = mlflow.MlflowClient(tracking_uri=settings.mlflow)
+    experiment = client.get_experiment_by_name("lit-fgrpo compare")
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment("lit-fgrpo compare")
+    run = client.create_run(experiment_id, run_name=Path(settings.out_dir).name)
+    run_id = run.info.run_id
+    for name in ("compare_report.md", "compare_verdict.json"):
+        client.log_artifact(run_id, str(out / name))
+    if figure is not None:
+        client.log_figure(run_id, figure, "figures/learning_curve.png")
+    client.set_terminated(run_id)
+    return f"runs:/{run_id}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,128 @@
+"""What each run of ``lit-fgrpo compare`` logged while it trained: held-out learning curves and group statistics.
+
+A run started with ``configs/smollm2/csv_metrics.yaml`` writes Lightning's CSV log to
+``<run>/metrics/version_0/metrics.csv``: one row per logging call, a ``step`` column and one column per metric. From
+it come the held-out curve (``val/pass_at_1`` at each validation step, every seed of an arm: the mean and the seeds'
+range, :func:`curve_figure`) and, per run, the training-time statistics the paper's diagnostics ask for: the shares
+of all-correct and all-wrong groups (the groups GRPO cannot learn from), the focal weight of the active groups, and
+the completion tokens generated (the sampling cost of a group size). Runs without the file contribute nothing here.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+METRICS_CSV = Path("metrics") / "version_0" / "metrics.csv"
+"""Where a run's CSV log is, relative to its folder (``configs/smollm2/csv_metrics.yaml``)."""
+CURVE = "val/pass_at_1"
+MEANS = ("rollout/frac_all_correct", "rollout/frac_all_wrong", "rollout/frac_active_groups", "focal/weight_median")
+"""Per-step values averaged over a run's steps."""
+TOTALS = ("rollout/completion_tokens",)
+"""Per-step values summed over a run's steps."""
+
+
+def read_rows(path: Path) -> list[dict[str, float]]:
+    """The CSV log's rows, each ``{column: value}`` with the empty cells left out."""
+    with path.open(newline="") as handle:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
+
+
+def curve(rows: Iterable[dict[str, float]], key: str = CURVE) -> dict[int, float]:
+    """Step -> the last value of ``key`` logged at that step."""
+    return {int(row["step"]): row[key] for row in rows if key in row and "step" in row}
+
+
+def run_summary(rows: list[dict[str, float]]) -> dict[str, float]:
+    """One run's training statistics: the means over steps of :data:`MEANS`, the sums of :data:`TOTALS`, and the
+    spread of the per-step focal weight (its 10th and 90th percentile over steps)."""
+    out: dict[str, float] = {}
+    for key in (*MEANS, *TOTALS):
+        values = [row[key] for row in rows if key in row]
+        if values:
+            out[key] = float(np.sum(values)) if key in TOTALS else float(np.mean(values))
+    weights = [row["focal/weight_median"] for row in rows if "focal/weight_median" in row]
+    if weights:
+        out["focal/weight_median_p10"] = float(np.quantile(weights, 0.1))
+        out["focal/weight_median_p90"] = float(np.quantile(weights, 0.9))
+    return out
+
+
+def load_run(folder: Path) -> tuple[dict[int, float], dict[str, float]] | None:
+    """The held-out curve and the training statistics of the run in ``folder`` (None without a CSV log)."""
+    path = folder / METRICS_CSV
+    if not path.is_file():
+        return None
+    rows = read_rows(path)
+    return curve(rows), run_summary(rows)
+
+
+def band(curves: list[dict[int, float]]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Steps that every curve has, with the mean, minimum and maximum over the curves at each."""
+    steps = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    values = [[c[s] for c in curves] for s in steps]
+    return steps, [float(np.mean(v)) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
+def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None = None) -> Figure:
+    """Held-out pass@1 against RL steps, one line per arm (the mean over seeds) in its seeds' range.
+
+    Args:
+        curves: arm -> one ``{step: pass@1}`` per seed.
+        start: the base model's held-out pass@1, drawn at step 0 for every arm (None: not drawn).
+    """
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6, 4), dpi=120)
+    axes = figure.subplots()
+    for arm, per_seed in curves.items():
+        steps, mean, low, high = band(per_seed)
+        if start is not None and not math.isnan(start):
+            steps, mean, low, high = [0, *steps], [start, *mean], [start, *low], [start, *high]
+        if not steps:
+            continue
+        (line,) = axes.plot(steps, mean, marker="o", label=f"{arm} ({len(per_seed)} seeds)")
+        axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    axes.set_xlabel("RL step")
+    axes.set_ylabel("held-out pass@1")
+    axes.set_title("held-out pass@1: mean over seeds, band = seeds' range")
+    axes.grid(alpha=0.3)
+    axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def training_table(summaries: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Markdown rows of the per-arm training statistics: each a mean over the arm's runs (their range after it)."""
+    columns = [
+        ("rollout/completion_tokens", "completion tokens a run", "{:,.0f}"),
+        ("rollout/frac_all_correct", "all-correct groups", "{:.3f}"),
+        ("rollout/frac_all_wrong", "all-wrong groups", "{:.3f}"),
+        ("rollout/frac_active_groups", "groups trained", "{:.3f}"),
+        ("focal/weight_median", "focal weight (median of a step)", "{:.3f}"),
+    ]
+    lines = [
+        "| arm | runs | " + " | ".join(title for _, title, _ in columns) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for arm, runs in summaries.items():
+        cells = []
+        for key, _, fmt in columns:
+            values = [run[key] for run in runs if key in run]
+            if not values:
+                cells.append("-")
+                continue
+            cell = fmt.format(float(np.mean(values)))
+            if len(values) > 1:
+                cell += f" ({fmt.format(min(values))}-{fmt.format(max(values))})"
+            cells.append(cell)
+        lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
+    return lines
