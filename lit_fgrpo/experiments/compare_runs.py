@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from lit_fgrpo.errors import ConfigError, DataError
-from lit_fgrpo.experiments.compare_curves import curve_figure, load_run, training_table
+from lit_fgrpo.experiments.compare_curves import curve_figure, load_run, rare_nll_lines, training_table
 from lit_fgrpo.experiments.evidence_stats import MIN_SEEDS, classify_gain, h1_verdict, paired
 from lit_fgrpo.reporting.progress import format_duration
 
@@ -216,6 +216,7 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
     if result.get("training"):
         lines += ["", "While training (each run's CSV log; means over a run's steps, then over the arm's runs, "
                   "their range in brackets):", "", *training_table(result["training"])]  # fmt: skip
+    lines += rare_nll_lines(Path(settings.out_dir) / "rare_nll.json")
     return "\n".join(lines) + "\n"
 
 

@@ -79,9 +79,14 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     import yaml
 
     path.write_text(yaml.safe_dump(asdict(settings)))
+    rare = {"pool": {"correct": 40, "sampled": 800, "top_fraction": 0.1},
+            "summary": {"GRPO": {"n": 3, "mean": 0.25, "low": 0.1, "high": 0.4}},
+            "tests": {"F-GRPO - GRPO": {"n": 3, "mean": -0.125, "low": -0.2, "high": -0.05}}}  # fmt: skip
+    (Path(settings.out_dir) / "rare_nll.json").write_text(json.dumps(rare))
     assert main(["--config", str(path), "--report-only"]) == 0
     first = (Path(settings.out_dir) / "compare_report.md").read_text()
     assert "both 95 % t intervals above 0" in first and "| F-GRPO | 3 |" in first
+    assert "| F-GRPO - GRPO | 3 | -0.125 [-0.200, -0.050] |" in first and "40 correct replies of 800" in first
     assert (Path(settings.out_dir) / "learning_curve.png").is_file()
     out = capsys.readouterr().out
     assert "logged to MLflow: runs:/" in out
