@@ -5,7 +5,7 @@ A run started with ``configs/smollm2/csv_metrics.yaml`` writes Lightning's CSV l
 it come the held-out curve (``val/pass_at_1`` at each validation step, every seed of an arm: the mean and the seeds'
 range, :func:`curve_figure`) and, per run, the training-time statistics the paper's diagnostics ask for: the shares
 of all-correct and all-wrong groups (the groups GRPO cannot learn from), the focal weight of the active groups, and
-the completion tokens generated (the sampling cost of a group size). Runs without the file contribute nothing here.
+the tokens generated (the sampling cost of a group size). Runs without the file contribute nothing here.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ METRICS_CSV = Path("metrics") / "version_0" / "metrics.csv"
 CURVE = "val/pass_at_1"
 MEANS = ("rollout/frac_all_correct", "rollout/frac_all_wrong", "rollout/frac_active_groups", "focal/weight_median")
 """Per-step values averaged over a run's steps."""
-TOTALS = ("rollout/completion_tokens",)
+TOTALS = ("rollout/generated_tokens",)
 """Per-step values summed over a run's steps."""
 
 
@@ -103,7 +103,7 @@ def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None 
 def training_table(summaries: dict[str, list[dict[str, float]]]) -> list[str]:
     """Markdown rows of the per-arm training statistics: each a mean over the arm's runs (their range after it)."""
     columns = [
-        ("rollout/completion_tokens", "completion tokens a run", "{:,.0f}"),
+        ("rollout/generated_tokens", "tokens generated a run", "{:,.0f}"),
         ("rollout/frac_all_correct", "all-correct groups", "{:.3f}"),
         ("rollout/frac_all_wrong", "all-wrong groups", "{:.3f}"),
         ("rollout/frac_active_groups", "groups trained", "{:.3f}"),

@@ -19,14 +19,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from lit_fgrpo.distributed.rank_layout import prompt_seeds
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig, pad_rollouts
 from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.collector_stats import reward_stats
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord
@@ -181,13 +180,7 @@ class RolloutCollector:
             "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
             "generated_tokens": float(num_tokens),
         }
-        stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
-        stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))
-        stats["reward_wrong_length"] = float(sum(scored.num_wrong_length.values()))
-        for name, count in scored.num_failed.items():
-            stats[f"failed_{name}"] = float(count)
-        for name, values in scored.per_function.items():
-            stats[f"reward_{name}"] = float(torch.nanmean(values.float())) if values.numel() else 0.0
+        stats |= reward_stats(scored)
         rollout = RolloutBatch(
             input_ids=ids,
             attention_mask=attn,

@@ -46,6 +46,7 @@ from lit_fgrpo.environments import (
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.rollout.collector_stats import reward_stats
 from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, RolloutSettings
 
 if TYPE_CHECKING:
@@ -208,14 +209,7 @@ class EpisodeRollouts:
             FIRST_TURN: float(sum(bool(c) and e.turns == 1 for c, e in zip(correct, episodes))) / len(rows),
             **episode_stats(episodes, self.driver.factory.tools),
         }
-        stats["reward_nonfinite"] = float(sum(scored.num_nonfinite.values()))
-        stats["reward_timeouts"] = float(sum(scored.num_timed_out.values()))
-        stats["reward_wrong_length"] = float(sum(scored.num_wrong_length.values()))
-        for name, count in scored.num_failed.items():
-            stats[f"failed_{name}"] = float(count)
-        for name, values in scored.per_function.items():
-            valid = values[~unscorable].float()  # (V,) an unscorable episode's value is not the function's
-            stats[f"reward_{name}"] = float(torch.nanmean(valid)) if valid.numel() else 0.0
+        stats |= reward_stats(scored, scorable=~unscorable)
         return RolloutBatch(
             input_ids=ids,
             attention_mask=attn,

@@ -117,8 +117,8 @@ def rollout_stats(
         completion_mask: (B, T) trained completion tokens.
 
     ``rollout/frac_all_correct`` and ``rollout/frac_all_wrong`` are the shares of groups with mu_hat = 1 and 0 (the
-    groups GRPO cannot learn from); ``rollout/completion_tokens`` is the step's total of completion tokens (the
-    sampling cost of a group size, summed over ranks); ``focal/weight_median`` the median weight of the active groups.
+    groups GRPO cannot learn from); ``focal/weight_median`` is the median weight of the active groups. (The sampling
+    cost of a step is the collector's ``rollout/generated_tokens``.)
     """
     valid = ~torch.isnan(rewards)  # (P, G)
     active = (advantages != 0).any(dim=1)  # (P,)
@@ -130,7 +130,6 @@ def rollout_stats(
         "rollout/success_rate": float(mu_hat.mean()),
         "rollout/frac_active_groups": float(active.float().mean()),
         "rollout/completion_length": float(lengths.mean()),
-        "rollout/completion_tokens": float(lengths.sum()),
         "rollout/frac_all_correct": float((mu_hat == 1).float().mean()),
         "rollout/frac_all_wrong": float((mu_hat == 0).float().mean()),
         "focal/weight_median": float(weights[active].median()) if active.any() else 1.0,

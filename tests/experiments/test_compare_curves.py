@@ -21,7 +21,7 @@ def log_run(folder: Path, val: dict[int, float], weights: list[float], all_wrong
     logger = CSVLogger(save_dir=str(folder), name="metrics", version=0)
     for step, (weight, wrong) in enumerate(zip(weights, all_wrong, strict=True), start=1):
         logger.log_metrics({"focal/weight_median": weight, "rollout/frac_all_wrong": wrong,
-                            "rollout/completion_tokens": 100.0 + step}, step=step)  # fmt: skip
+                            "rollout/generated_tokens": 100.0 + step}, step=step)  # fmt: skip
         if step in val:
             logger.log_metrics({"val/pass_at_1": val[step]}, step=step)
     logger.save()
@@ -37,7 +37,7 @@ def test_a_run_log_read_back_against_the_values_logged(tmp_path: Path) -> None:
     assert curve == {2: 0.2, 4: 0.4}
     assert summary["focal/weight_median"] == pytest.approx(sum(weights) / 4)
     assert summary["rollout/frac_all_wrong"] == pytest.approx(sum(wrong) / 4)
-    assert summary["rollout/completion_tokens"] == pytest.approx(sum(100.0 + s for s in range(1, 5)))
+    assert summary["rollout/generated_tokens"] == pytest.approx(sum(100.0 + s for s in range(1, 5)))
     assert summary["focal/weight_median_p10"] == pytest.approx(float(np.quantile(weights, 0.1)))
     assert load_run(tmp_path / "nothing") is None
 

@@ -1,4 +1,4 @@
-"""``rollout_stats``: the group shares, the token total and the focal weight's median against loops over groups."""
+"""``rollout_stats``: the group shares and the focal weight's median against loops over groups."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ def test_group_shares_tokens_and_median_weight_against_loops() -> None:
     groups = correct.tolist()
     assert stats["rollout/frac_all_correct"] == pytest.approx(sum(all(g) for g in groups) / len(groups))
     assert stats["rollout/frac_all_wrong"] == pytest.approx(sum(not any(g) for g in groups) / len(groups))
-    assert stats["rollout/completion_tokens"] == sum(range(1, correct.numel() + 1))
     # the focal weights (1 - mu_hat)^0.5 of the mixed groups only: 1/4, 2/4 and 3/4 solved
     active = [(1 - sum(g) / len(g)) ** 0.5 for g in groups if 0 < sum(g) < len(g)]
     # torch's median of an even count is the lower middle value
