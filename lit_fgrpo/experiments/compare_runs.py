@@ -5,7 +5,7 @@ The real-model counterpart of the maze sweep: the same pre-registered statistics
 effect, the H1 rule "both pass@1 and pass@k_max gain", at least 3 seeds for any verdict) on the before/after
 ``pass_at_k.json`` that :class:`~lit_fgrpo.callbacks.PassAtKReport` writes into each run's folder::
 
-    lit-fgrpo compare --config configs/experiments/smollm2_evidence.yaml
+    lit-fgrpo compare --config configs/compare/smollm2_power.yaml
 
 Each (seed, arm) run goes to ``out_dir/seed{s}/{arm}/`` (its log in ``fit.log``) with ``--seed_everything s
 --rollout.seed s``: the arms of one seed share the LoRA initialisation, the questions and the held-out set, and
@@ -61,6 +61,8 @@ class CompareSettings:
     preregistration: dict[str, Any] = field(default_factory=dict)
     """What was fixed before any run (metrics, seeds, the rule, the minimum detectable effect aimed at): written at
     the top of the report and into the verdict file, unchanged."""
+    deviations: str = ""
+    """What changed after the runs began, and why (written under the pre-registration in the report)."""
     mlflow: str | None = None
     """An MLflow tracking URI (e.g. ``sqlite:///mlflow.db``): the report, the verdict and the learning-curve figure
     are logged there as one run of the experiment ``lit-fgrpo compare`` (None: files only)."""
@@ -196,6 +198,8 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
     if settings.preregistration:
         lines += ["Pre-registered before the runs (the compare file's `preregistration`):", "",
                   "```", yaml.safe_dump(settings.preregistration, sort_keys=False, width=110).strip(), "```", ""]  # fmt: skip
+    if settings.deviations:
+        lines += [f"Deviations from it: {settings.deviations}", ""]
     lines += [f"Runs: `{settings.out_dir}`, seeds {settings.seeds}; configs {settings.fit_configs} "
              f"with {' '.join(settings.fit_args)}. Intervals: two-sided 95 % t over seeds.", "",
              "| arm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]  # fmt: skip

@@ -64,7 +64,7 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     prereg = {"metrics": ["pass_at_1", "pass_at_16"], "rule": "both 95 % t intervals above 0"}
     settings = CompareSettings(
         fit_configs=[str(ROOT / "configs" / "maze_tiny.yaml")], arms={"GRPO": [], "F-GRPO": []}, baseline="GRPO",
-        seeds=[1, 2, 3], out_dir=str(tmp_path / "runs"), preregistration=prereg,
+        seeds=[1, 2, 3], out_dir=str(tmp_path / "runs"), preregistration=prereg, deviations="seed 3 validated once",
         mlflow=f"sqlite:///{tmp_path / 'mlflow.db'}",
     )  # fmt: skip
     for seed in settings.seeds:
@@ -86,6 +86,7 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     assert main(["--config", str(path), "--report-only"]) == 0
     first = (Path(settings.out_dir) / "compare_report.md").read_text()
     assert "both 95 % t intervals above 0" in first and "| F-GRPO | 3 |" in first
+    assert "Deviations from it: seed 3 validated once" in first
     assert "| F-GRPO - GRPO | 3 | -0.125 [-0.200, -0.050] |" in first and "40 correct replies of 800" in first
     assert (Path(settings.out_dir) / "learning_curve.png").is_file()
     out = capsys.readouterr().out
