@@ -37,8 +37,12 @@ def read_rows(path: Path) -> list[dict[str, float]]:
 
 
 def curve(rows: Iterable[dict[str, float]], key: str = CURVE) -> dict[int, float]:
-    """Step -> the last value of ``key`` logged at that step."""
-    return {int(row["step"]): row[key] for row in rows if key in row and "step" in row}
+    """RL steps done -> the last value of ``key`` logged then.
+
+    Lightning's logged ``step`` counts optimizer steps from 0: what is logged after the k-th RL step (its training
+    statistics, or a validation run after it) carries step k - 1.
+    """
+    return {int(row["step"]) + 1: row[key] for row in rows if key in row and "step" in row}
 
 
 def run_summary(rows: list[dict[str, float]]) -> dict[str, float]:

@@ -19,11 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def log_run(folder: Path, val: dict[int, float], weights: list[float], all_wrong: list[float]) -> None:
     """A run's log as the fit's CSVLogger writes it (``configs/smollm2/csv_metrics.yaml``)."""
     logger = CSVLogger(save_dir=str(folder), name="metrics", version=0)
+    # Lightning logs what follows the k-th RL step at step k - 1 (its optimizer steps count from 0)
     for step, (weight, wrong) in enumerate(zip(weights, all_wrong, strict=True), start=1):
         logger.log_metrics({"focal/weight_median": weight, "rollout/frac_all_wrong": wrong,
-                            "rollout/generated_tokens": 100.0 + step}, step=step)  # fmt: skip
+                            "rollout/generated_tokens": 100.0 + step}, step=step - 1)  # fmt: skip
         if step in val:
-            logger.log_metrics({"val/pass_at_1": val[step]}, step=step)
+            logger.log_metrics({"val/pass_at_1": val[step]}, step=step - 1)
     logger.save()
     assert (folder / METRICS_CSV).is_file()
 
