@@ -141,8 +141,9 @@ def rare_nll_lines(path: Path) -> list[str]:
     data = json.loads(path.read_text())
     pool = data["pool"]
     lines = ["", f"dNLL_rare (`lit-fgrpo rare-nll`): the base model's {pool['correct']} correct replies of "
-             f"{pool['sampled']} sampled on the training questions, the {pool['top_fraction']:.0%} it found least "
-             "likely; mean NLL increase under each run's policy (positive: mass moved away from them).", "",
+             f"{pool['sampled']} sampled on the training questions; the {pool.get('rare', '')} it found least likely "
+             f"(top {pool['top_fraction']:.0%} by NLL): their mean NLL increase under each run's policy "
+             "(positive: mass moved away from them).", "",
              "| arm or comparison | runs | mean [95 % t CI] |", "|---|---|---|"]  # fmt: skip
     for name, p in [*data["summary"].items(), *data["tests"].items()]:
         ci = f"{p['mean']:+.3f}" if p["n"] < 2 else f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"

@@ -29,6 +29,7 @@ from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.experiments.compare_runs import RESULTS, CompareSettings, load_settings, run_dir
 from lit_fgrpo.experiments.evidence_stats import paired
 from lit_fgrpo.experiments.rare_pool import RarePool, pack_pool, score_nll
+from lit_fgrpo.theory.dnll_rare import rare_indices
 
 OUT_FILE = "rare_nll.json"
 
@@ -89,10 +90,20 @@ def sample_pool(base: str, questions: list[str], answers: list[str], samples: in
     return pool
 
 
+def rare_part(pool: RarePool, top_fraction: float) -> RarePool:
+    """The pool's ``top_fraction`` rows of highest base NLL (:func:`~lit_fgrpo.theory.dnll_rare.rare_indices`): only
+    they enter ΔNLL_rare, so a trained policy scores only them (a tenth of the forward passes at 0.1)."""
+    rows = rare_indices(pool.base_nll, top_fraction)  # (k,)
+    return RarePool(pool.input_ids[rows], pool.attention_mask[rows], pool.completion_mask[rows], pool.base_nll[rows],
+                    pool.num_sampled)  # fmt: skip
+
+
 def measure(settings: CompareSettings, pool: RarePool, top_fraction: float) -> dict[str, Any]:
-    """ΔNLL_rare (and the mean ΔNLL over every correct reply) of each finished run, per arm and seed."""
+    """ΔNLL_rare of each finished run with a saved policy, per arm and seed: the mean over the rare replies of
+    (NLL under the run's policy - NLL under the base), as :func:`~lit_fgrpo.theory.dnll_rare.delta_nll_rare`."""
     from transformers import AutoModelForCausalLM
 
+    rare = rare_part(pool, top_fraction)
     runs: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in settings.arms}
     for arm in settings.arms:
         for seed in settings.seeds:
@@ -100,9 +111,10 @@ def measure(settings: CompareSettings, pool: RarePool, top_fraction: float) -> d
             if not (folder / RESULTS).is_file() or not (folder / "policy" / "config.json").is_file():
                 continue
             model = AutoModelForCausalLM.from_pretrained(folder / "policy", torch_dtype=torch.float32).eval()
-            rare, whole = pool.delta(model, top_fraction)
-            runs[arm][seed] = {"dnll_rare": rare, "dnll_all": whole}
-            print(f"rare-nll: seed {seed} {arm}: dNLL_rare {rare:+.3f}, over all correct replies {whole:+.3f}")
+            trained = score_nll(model, rare)  # (k,)
+            value = float((trained.double() - rare.base_nll.double()).mean())
+            runs[arm][seed] = {"dnll_rare": value}
+            print(f"rare-nll: seed {seed} {arm}: dNLL_rare {value:+.3f}", flush=True)
     base = runs[settings.baseline]
     summary = {arm: asdict(paired([r["dnll_rare"] for r in per.values()])) for arm, per in runs.items()}
     tests = {
@@ -110,7 +122,7 @@ def measure(settings: CompareSettings, pool: RarePool, top_fraction: float) -> d
                                                        for s in sorted(per.keys() & base.keys())]))
         for arm, per in runs.items() if arm != settings.baseline
     }  # fmt: skip
-    return {"pool": {"correct": len(pool), "sampled": pool.num_sampled, "top_fraction": top_fraction},
+    return {"pool": {"correct": len(pool), "rare": len(rare), "sampled": pool.num_sampled, "top_fraction": top_fraction},
             "runs": {arm: {str(s): v for s, v in per.items()} for arm, per in runs.items()},
             "summary": summary, "tests": tests}  # fmt: skip
 

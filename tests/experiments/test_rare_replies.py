@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 
 from lit_fgrpo.experiments.compare_runs import RESULTS, CompareSettings, run_dir
-from lit_fgrpo.experiments.rare_replies import measure, sample_pool, training_questions
-from lit_fgrpo.theory.dnll_rare import sequence_nll
+from lit_fgrpo.experiments.rare_replies import measure, rare_part, sample_pool, training_questions
+from lit_fgrpo.theory.dnll_rare import delta_nll_rare, rare_indices, sequence_nll
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "models" / "SmolLM2-135M-Instruct"
@@ -62,3 +63,12 @@ def test_pool_nll_and_delta_on_the_real_model(tmp_path: Path) -> None:
     result = measure(settings, pool, top_fraction=0.5)
     assert result["runs"]["GRPO"]["1"]["dnll_rare"] == pytest.approx(0.0, abs=1e-5)
     assert result["runs"]["F-GRPO"] == {} and result["pool"]["correct"] == len(pool)
+    # the rare part: the half of the replies with the highest base NLL, as delta_nll_rare ranks them
+    rare = rare_part(pool, 0.5)
+    assert result["pool"]["rare"] == len(rare) == math.ceil(len(pool) / 2)
+    assert float(rare.base_nll.min()) >= float(pool.base_nll.sort(descending=True).values[len(rare) - 1]) - 1e-6
+    shifted = pool.base_nll + torch.arange(len(pool)) / 100  # a "trained" NLL: row i moved by i / 100
+    rows = rare_indices(pool.base_nll, 0.5)
+    assert delta_nll_rare(pool.base_nll, shifted, 0.5) == pytest.approx(
+        float((shifted[rows] - pool.base_nll[rows]).mean())
+    )
