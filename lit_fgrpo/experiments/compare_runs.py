@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,11 @@ class CompareSettings:
     preregistration: dict[str, Any] = field(default_factory=dict)
     """What was fixed before any run (metrics, seeds, the rule, the minimum detectable effect aimed at): written at
     the top of the report and into the verdict file, unchanged."""
+    base_results: str | None = None
+    """A ``pass_at_k.json`` (relative to ``out_dir``) whose ``before`` column is the base model's held-out pass@k on
+    the same questions and samples (e.g. a copy of the demo run's), for runs that skip their own
+    (``--rollout.validate_at_start false``): the report's "before RL" row and the learning curves' step 0 (None: the
+    runs' own before columns)."""
     deviations: str = ""
     """What changed after the runs began, and why (written under the pre-registration in the report)."""
     mlflow: str | None = None
@@ -203,7 +208,11 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
     lines += [f"Runs: `{settings.out_dir}`, seeds {settings.seeds}; configs {settings.fit_configs} "
              f"with {' '.join(settings.fit_args)}. Intervals: two-sided 95 % t over seeds.", "",
              "| arm | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]  # fmt: skip
-    for arm, per in [("before RL (all runs)", result["before_rl"]), *result["summary"].items()]:
+    before = ("before RL (all runs)", result["before_rl"])
+    if result.get("base"):
+        base = {m: {"n": 1, "mean": v} for m, v in result["base"].items()}
+        before = (f"before RL (`{settings.base_results}`)", base | {m: {"n": 0} for m in metrics if m not in base})
+    for arm, per in [before, *result["summary"].items()]:
         lines.append(f"| {arm} | {per[metrics[0]]['n']} | " + " | ".join(_ci(per[m]) for m in metrics) + " |")
     lines += ["", "| comparison (A - B) | metric | n | mean [95 % t CI] | bootstrap CI | MDE | class |",
               "|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -243,8 +252,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lit-fgrpo compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the compare settings (YAML)")
     parser.add_argument("--report-only", action="store_true", help="report the finished runs; start none")
+    parser.add_argument("--runs", help="the runs' folder instead of the file's out_dir (e.g. a saved copy in docs/)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     settings = load_settings(args.config)
+    if args.runs is not None:
+        settings = replace(settings, out_dir=args.runs)
     if not args.report_only:
         run_all(settings)
     result = analyse(settings, collect(settings))
@@ -252,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["training"] = summaries
     result["curves"] = {arm: [{str(k): v for k, v in c.items()} for c in per] for arm, per in curves.items()}
     result["preregistration"] = settings.preregistration
+    result["base"] = base_values(settings)
     out = Path(settings.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = render(result, settings)
@@ -259,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "compare_verdict.json").write_text(json.dumps(result, indent=2) + "\n")
     figure = None
     if any(curves.values()):
-        start = result["before_rl"].get("pass_at_1", {}).get("mean")
+        start = result["base"].get("pass_at_1") if result.get("base") else None
+        start = start if start is not None else result["before_rl"].get("pass_at_1", {}).get("mean")
         figure = curve_figure(curves, start)
         figure.savefig(out / "learning_curve.png")
         text += f"\nlearning curve: {out / 'learning_curve.png'}\n"
@@ -267,6 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         text += f"logged to MLflow: {log_to_mlflow(settings, out, figure)}\n"
     print(text)
     return 0
+
+
+def base_values(settings: CompareSettings) -> dict[str, float]:
+    """The base model's held-out pass@k from ``base_results`` ({} when unset or not written yet)."""
+    path = Path(settings.out_dir) / (settings.base_results or "")
+    if settings.base_results is None or not path.is_file():
+        return {}
+    before = json.loads(path.read_text()).get("before", {})
+    return {k: float(v) for k, v in before.items() if k.startswith("pass_at_")}
 
 
 def training_records(

@@ -66,8 +66,11 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     settings = CompareSettings(
         fit_configs=[str(ROOT / "configs" / "maze_tiny.yaml")], arms={"GRPO": [], "F-GRPO": []}, baseline="GRPO",
         seeds=[1, 2, 3], out_dir=str(tmp_path / "runs"), preregistration=prereg, deviations="seed 3 validated once",
-        mlflow=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        mlflow=f"sqlite:///{tmp_path / 'mlflow.db'}", base_results="demo.json",
     )  # fmt: skip
+    before = {"pass_at_1": 0.125, "pass_at_16": 0.5, "ci95_pass_at_1": 0.02}
+    Path(settings.out_dir).mkdir(parents=True)
+    (Path(settings.out_dir) / "demo.json").write_text(json.dumps({"before": before, "after": {}, "step": 15}))
     for seed in settings.seeds:
         for arm, shift in (("GRPO", 0.0), ("F-GRPO", 0.05)):
             folder = run_dir(settings, seed, arm)
@@ -88,6 +91,7 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     first = (Path(settings.out_dir) / "compare_report.md").read_text()
     assert "both 95 % t intervals above 0" in first and "| F-GRPO | 3 |" in first
     assert "Deviations from it: seed 3 validated once" in first
+    assert "| before RL (`demo.json`) | 1 | 0.125 | 0.500 |" in first
     assert "| F-GRPO - GRPO | 3 | -0.125 [-0.200, -0.050] |" in first and "40 correct replies of 800" in first
     assert (Path(settings.out_dir) / "learning_curve.png").is_file()
     out = capsys.readouterr().out
@@ -96,6 +100,12 @@ def test_report_from_saved_runs_has_preregistration_curves_and_mlflow(
     assert verdict["preregistration"] == prereg and len(verdict["curves"]["GRPO"]) == 3
     assert main(["--config", str(path), "--report-only"]) == 0
     assert (Path(settings.out_dir) / "compare_report.md").read_text() == first
+    import shutil
+
+    shutil.copytree(settings.out_dir, tmp_path / "saved")  # as the runs' files are kept in docs/
+    assert main(["--config", str(path), "--report-only", "--runs", str(tmp_path / "saved")]) == 0
+    saved = (tmp_path / "saved" / "compare_report.md").read_text()
+    assert saved == first.replace(settings.out_dir, str(tmp_path / "saved"))
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=settings.mlflow)
