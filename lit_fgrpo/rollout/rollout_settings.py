@@ -211,6 +211,26 @@ class RolloutSettings:
                 "(the configs set temperature: ${model.objective.temperature})"
             )
 
+    def check_prompt_room(self, longest: dict[str, int]) -> None:
+        """Refuse prompts that leave the engine no room to reply, before the engine starts: ``longest`` maps each data
+        split to its longest prompt in tokens; a prompt of ``engine_kwargs.max_model_len`` tokens or more would be
+        refused by vLLM at its first batch, minutes into the run (a launched server's the same).
+
+        Raises:
+            ConfigError: naming ``--rollout.engine_kwargs.max_model_len``, the split and its longest prompt.
+        """
+        limit = (self.engine_kwargs or {}).get("max_model_len")
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            return  # unset (the model's own context) or already refused by the engine's own check
+        over = {split: n for split, n in longest.items() if n >= limit}
+        if over:
+            split, tokens = max(over.items(), key=lambda item: item[1])
+            raise ConfigError(
+                f"--rollout.engine_kwargs.max_model_len {limit} leaves no room to reply: the longest {split} prompt "
+                f"has {tokens} tokens; raise it to at least {tokens + self.sampling.max_tokens} (prompt + "
+                "--rollout.sampling.max_tokens), or cut prompts with --data.max_prompt_length"
+            )
+
     def check_reachable_groups(self, weight: GroupWeight) -> None:
         """Refuse a group weight (a ``band``, a user function) that is 0 at every success rate ``k / G`` a group of
         ``sampling.n`` can have: no group would ever contribute, and dynamic sampling would drop every round."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.reporting.progress import progress
@@ -194,7 +195,12 @@ class RolloutSource:
     # ------------------------------------------------------------------ life cycle
     def start(self, data: Any) -> None:
         """A fit starts: the engine is built and marked stale (a warm start or a restore changes the policy after
-        it), and the schedule checks the data module and the engine."""
+        it), and the schedule checks the data module and the engine. Prompts that leave the engine no room to reply
+        are refused first, before the engine starts."""
+        if isinstance(data, PromptDataModule):
+            self.settings.check_prompt_room(
+                {split: max(len(r.prompt_ids) for r in records) for split, records in data.splits.items() if records}
+            )
         parts = self.build()
         self.engine_sync.stale = True
         self.schedule.start(parts, data)

@@ -249,6 +249,11 @@ VLLM_CASES: list[Case] = [
         lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"max_model_len": 100000}'],
         ["--rollout.engine_kwargs.max_model_len 100000", "max_position_embeddings 64"],
     ),
+    (
+        "vllm_max_model_len_below_the_prompts",
+        lambda d: ["--rollout.engine", "vllm", "--rollout.engine_kwargs", '{"max_model_len": 8}'],
+        ["--rollout.engine_kwargs.max_model_len 8 leaves no room to reply", "prompt has", "--data.max_prompt_length"],
+    ),
 ]
 """Options of the colocated vLLM engine that vLLM refused deep in its start (refused before the engine starts)."""
 MODEL_AND_TASK_CASES: list[Case] = [
