@@ -77,7 +77,8 @@ def band(curves: list[dict[int, float]]) -> tuple[list[int], list[float], list[f
 
 
 def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None = None) -> Figure:
-    """Held-out pass@1 against RL steps, one line per arm (the mean over seeds) in its seeds' range.
+    """Held-out pass@1 against RL steps per arm: the mean of the seeds validated at every step, in their range, and
+    the other seeds' values (validated less often, e.g. only at the end) as dots.
 
     Args:
         curves: arm -> one ``{step: pass@1}`` per seed.
@@ -88,18 +89,24 @@ def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None 
     figure = Figure(figsize=(6, 4), dpi=120)
     axes = figure.subplots()
     for arm, per_seed in curves.items():
-        steps, mean, low, high = band(per_seed)
+        if not per_seed:
+            continue
+        longest = max(len(c) for c in per_seed)
+        full = [c for c in per_seed if len(c) == longest]
+        others = [c for c in per_seed if len(c) < longest]
+        steps, mean, low, high = band(full)
         if start is not None and not math.isnan(start):
             steps, mean, low, high = [0, *steps], [start, *mean], [start, *low], [start, *high]
-        if not steps:
-            continue
-        (line,) = axes.plot(steps, mean, marker="o", label=f"{arm} ({len(per_seed)} seeds)")
+        label = f"{arm}: mean of {len(full)} seeds, band their range"
+        (line,) = axes.plot(steps, mean, marker="o", label=label + (f"; dots {len(others)} more" if others else ""))
         axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        for other in others:
+            axes.scatter(list(other), list(other.values()), color=line.get_color(), s=14, alpha=0.6)
     axes.set_xlabel("RL step")
     axes.set_ylabel("held-out pass@1")
-    axes.set_title("held-out pass@1: mean over seeds, band = seeds' range")
+    axes.set_title("held-out pass@1 over RL steps")
     axes.grid(alpha=0.3)
-    axes.legend(loc="best", fontsize=8)
+    axes.legend(loc="best", fontsize=7)
     figure.tight_layout()
     return figure
 

@@ -46,10 +46,15 @@ def test_a_run_log_read_back_against_the_values_logged(tmp_path: Path) -> None:
 def test_band_is_mean_min_max_over_the_steps_every_seed_has() -> None:
     steps, mean, low, high = band([{10: 0.1, 20: 0.3}, {10: 0.3, 20: 0.5, 30: 0.9}])
     assert steps == [10, 20] and mean == pytest.approx([0.2, 0.4]) and low == [0.1, 0.3] and high == [0.3, 0.5]
-    figure = curve_figure({"GRPO": [{10: 0.1}], "F-GRPO": [{10: 0.2}, {10: 0.4}]}, start=0.05)
+    figure = curve_figure(
+        {"GRPO": [{10: 0.1}], "F-GRPO": [{5: 0.1, 10: 0.2}, {5: 0.3, 10: 0.4}, {10: 0.9}]}, start=0.05
+    )
     lines = figure.axes[0].get_lines()
-    assert [list(line.get_xdata()) for line in lines] == [[0, 10], [0, 10]]
-    assert list(lines[1].get_ydata()) == pytest.approx([0.05, 0.3])
+    assert [list(line.get_xdata()) for line in lines] == [[0, 10], [0, 5, 10]]
+    # the line is the seeds validated at every step; the one validated only at the end is a dot, not in the mean
+    assert list(lines[1].get_ydata()) == pytest.approx([0.05, 0.2, 0.3])
+    dots = figure.axes[0].collections[-1].get_offsets()
+    assert [tuple(p) for p in dots] == [(10, 0.9)]
 
 
 def test_training_table_means_and_ranges() -> None:
