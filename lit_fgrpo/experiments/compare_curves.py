@@ -88,9 +88,10 @@ def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None 
 
     figure = Figure(figsize=(6, 4), dpi=120)
     axes = figure.subplots()
-    for arm, per_seed in curves.items():
+    for index, (arm, per_seed) in enumerate(curves.items()):
         if not per_seed:
             continue
+        shift = 0.15 * (index - (len(curves) - 1) / 2)  # the arms' dots side by side, not on top of each other
         longest = max(len(c) for c in per_seed)
         full = [c for c in per_seed if len(c) == longest]
         others = [c for c in per_seed if len(c) < longest]
@@ -101,7 +102,7 @@ def curve_figure(curves: dict[str, list[dict[int, float]]], start: float | None 
         (line,) = axes.plot(steps, mean, marker="o", label=label + (f"; dots {len(others)} more" if others else ""))
         axes.fill_between(steps, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         for other in others:
-            axes.scatter(list(other), list(other.values()), color=line.get_color(), s=14, alpha=0.6)
+            axes.scatter([x + shift for x in other], list(other.values()), color=line.get_color(), s=14, alpha=0.6)
     axes.set_xlabel("RL step")
     axes.set_ylabel("held-out pass@1")
     axes.set_title("held-out pass@1 over RL steps")
