@@ -19,6 +19,7 @@ at most one ``hint: ...`` line, and exits with status 2. ``--debug`` (anywhere o
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point ``lit-fgrpo``: 0 on success, 2 on a user mistake (one ``error:`` line)."""
     words = list(sys.argv[1:] if argv is None else argv)
     hide(LIGHTNING + MLFLOW)  # every command's console: Lightning's cloud tips, MLflow's monitor start/stop lines
+    # every command that starts a vLLM engine (fit, rare-nll, ...): vLLM's INFO lines only with VLLM_LOGGING_LEVEL=INFO
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     debug = wants_debug(words)
     words = [word for word in words if word != "--debug"]
     if not words or words[0] in ("-h", "--help"):
