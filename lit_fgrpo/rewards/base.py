@@ -57,6 +57,21 @@ class RewardResult:
     num_wrong_length: dict[str, int] = field(default_factory=dict)
     """Reward-function name -> 1 if its batch call returned the wrong number of values (then scored row by row)."""
 
+    def stats(self, scorable: Tensor | None = None) -> dict[str, float]:
+        """The counts (non-finite, timed-out and wrong-length values, failed calls per function) and each reward
+        function's mean over the rows, as the collector logs them; ``scorable`` (B,) bool keeps only those rows in the
+        means (an unscorable episode's value is not the function's)."""
+        out = {
+            "reward_nonfinite": float(sum(self.num_nonfinite.values())),
+            "reward_timeouts": float(sum(self.num_timed_out.values())),
+            "reward_wrong_length": float(sum(self.num_wrong_length.values())),
+        }
+        out |= {f"failed_{name}": float(count) for name, count in self.num_failed.items()}
+        for name, values in self.per_function.items():
+            kept = (values if scorable is None else values[scorable]).float()  # (V,)
+            out[f"reward_{name}"] = float(torch.nanmean(kept)) if kept.numel() else 0.0
+        return out
+
 
 class RewardLengthError(ValueError):
     """A reward function returned a list whose length is not its batch's number of completions."""

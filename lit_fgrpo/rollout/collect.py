@@ -25,7 +25,6 @@ from lit_fgrpo.rewards import RewardFn, score_completions
 from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rewards.guarded_call import Isolation
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.collector_stats import reward_stats
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord
@@ -180,7 +179,7 @@ class RolloutCollector:
             "frac_truncated": 1.0 - sum(generation.finished) / max(len(generation.finished), 1),
             "generated_tokens": float(num_tokens),
         }
-        stats |= reward_stats(scored)
+        stats |= scored.stats()
         rollout = RolloutBatch(
             input_ids=ids,
             attention_mask=attn,

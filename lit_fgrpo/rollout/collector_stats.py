@@ -12,10 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-from torch import Tensor
-
-from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rollout.batch import RolloutBatch
 
 EPISODE_COUNTS = ("episodes_truncated", "environment_errors")
@@ -69,19 +65,3 @@ RECOMPUTED_RATES: dict[str, tuple[Callable[..., float], tuple[str, ...]]] = {
 }
 """Rates recomputed over ranks from the summed counts they are made of: ``rate: (fn, counts)``, logged as
 ``fn(*summed counts)`` when the rate and its first count are there (a missing later count is 0)."""
-
-
-def reward_stats(scored: RewardResult, scorable: Tensor | None = None) -> dict[str, float]:
-    """The scoring's counts (non-finite, timed-out and wrong-length values, failed calls per function) and each reward
-    function's mean over the rows; ``scorable`` (B,) bool keeps only those rows in the means (an unscorable episode's
-    value is not the function's)."""
-    stats = {
-        "reward_nonfinite": float(sum(scored.num_nonfinite.values())),
-        "reward_timeouts": float(sum(scored.num_timed_out.values())),
-        "reward_wrong_length": float(sum(scored.num_wrong_length.values())),
-    }
-    stats |= {f"failed_{name}": float(count) for name, count in scored.num_failed.items()}
-    for name, values in scored.per_function.items():
-        kept = (values if scorable is None else values[scorable]).float()  # (V,)
-        stats[f"reward_{name}"] = float(torch.nanmean(kept)) if kept.numel() else 0.0
-    return stats

@@ -46,7 +46,6 @@ from lit_fgrpo.environments import (
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.collector_stats import reward_stats
 from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, RolloutSettings
 
 if TYPE_CHECKING:
@@ -209,7 +208,7 @@ class EpisodeRollouts:
             FIRST_TURN: float(sum(bool(c) and e.turns == 1 for c, e in zip(correct, episodes))) / len(rows),
             **episode_stats(episodes, self.driver.factory.tools),
         }
-        stats |= reward_stats(scored, scorable=~unscorable)
+        stats |= scored.stats(scorable=~unscorable)
         return RolloutBatch(
             input_ids=ids,
             attention_mask=attn,
