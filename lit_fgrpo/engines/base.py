@@ -70,6 +70,9 @@ class RolloutEngine(ABC):
     no-ops, so an engine that holds no accelerator memory of its own (HF ``generate``) need not define them.
     """
 
+    collective_rounds: bool = False
+    """Whether the ranks share this engine and each ``generate`` is a collective round (every rank must make the same
+    calls): multi-turn episodes then advance in lockstep."""
     has_own_weights: bool = True
     """Whether the engine samples from weights of its own, which only :meth:`sync_weights` changes. False for an
     engine that samples with the trainer's policy module itself (:class:`~lit_fgrpo.engines.hf.HFEngine`): the

@@ -5,13 +5,17 @@ See ``docs/environments.md`` for the interface with a complete example.
 
 from lit_fgrpo.environments.base import (
     BUILTIN_ENVIRONMENTS,
+    ROUTE_COLUMN,
     Environment,
-    EnvironmentFactory,
+    EnvironmentSet,
+    EnvironmentSpec,
     TextEnvironment,
     load_environment,
+    load_environments,
+    load_tools,
     tool_names,
 )
-from lit_fgrpo.environments.driver import EpisodeDriver, EpisodeStart, Generate, episode_stats
+from lit_fgrpo.environments.driver import EpisodeDriver, EpisodeStart, Generate
 from lit_fgrpo.environments.episode import (
     Episode,
     EpisodeLimits,
@@ -21,22 +25,29 @@ from lit_fgrpo.environments.episode import (
     training_row,
     turn_seed,
 )
+from lit_fgrpo.environments.episode_stats import episode_stats
 from lit_fgrpo.environments.faults import EnvironmentFault
 from lit_fgrpo.environments.rows import pad_training_rows
 from lit_fgrpo.environments.tools import ToolCall, ToolCallError, ToolError, parse_tool_calls, tool_instructions
 from lit_fgrpo.environments.turns import ChatTurns
+from lit_fgrpo.environments.workers import Isolation, RemoteEnvironment, WorkerPool
 
 __all__ = [
     "BUILTIN_ENVIRONMENTS",
+    "ROUTE_COLUMN",
     "ChatTurns",
     "Environment",
-    "EnvironmentFactory",
+    "EnvironmentSet",
+    "EnvironmentSpec",
     "EnvironmentFault",
     "Episode",
     "EpisodeDriver",
     "EpisodeLimits",
     "EpisodeStart",
     "Generate",
+    "Isolation",
+    "RemoteEnvironment",
+    "WorkerPool",
     "Segment",
     "TextEnvironment",
     "ToolCall",
@@ -45,6 +56,8 @@ __all__ = [
     "TrainingRow",
     "episode_stats",
     "load_environment",
+    "load_environments",
+    "load_tools",
     "pad_training_rows",
     "parse_tool_calls",
     "sample_seed",

@@ -1,41 +1,43 @@
-"""The batched multi-turn driver: all live episodes advance together, one ``generate`` call per turn.
+"""The multi-turn driver: episodes advance on their own, each turn sampled as soon as its environment has answered.
 
 Engine-agnostic: the driver is given a ``generate(prompts, max_new_tokens, seeds)`` callable (:data:`Generate`) that
 samples one continuation per row and returns, per row, the token ids, their sampling log-probs (or ``None``) and
-whether the row ended at a stop token. Each turn:
+whether the row ended at a stop token. Each episode is bound to one worker (:mod:`~lit_fgrpo.environments.workers`)
+for all of its environment calls; the driver loop is
 
-1. every live episode with room left (:meth:`Episode.room`) sends its whole token sequence, its own token cap and
-   the seed :func:`~lit_fgrpo.environments.episode.turn_seed` of (episode seed, turn index): what an episode samples
-   depends on its own seed and turn only, never on the batch layout;
-2. the model turn is appended exactly as sampled (a row longer than its cap is cut there and counts as not finished);
-3. the environment reacts to the decoded reply: tool calls run (:mod:`~lit_fgrpo.environments.tools`), else ``step``,
-   else (no ``step``) the episode is done. A fault makes the episode unscorable (:mod:`~lit_fgrpo.environments.faults`);
-4. the reaction is appended as environment tokens (:class:`~lit_fgrpo.environments.turns.ChatTurns`), unless the
-   episode is done or a limit stops it (then it is truncated).
+1. send every request that is due (``reset``; a reply's tool calls or ``step``; ``get_reward``) to the episode's
+   worker, without waiting;
+2. take the answers that are in. An episode whose environment has answered is *ready*; the others go on working;
+3. sample the next turn of every ready episode in one ``generate`` call, while the environments of the others run.
+   Each row samples with :func:`~lit_fgrpo.environments.episode.turn_seed` of (episode seed, turn index): what an
+   episode samples depends on its own seed and turn only, never on which episodes share a call, so the result is the
+   same as in lockstep and on any rank layout.
 
-An ended episode's ``get_reward`` is asked once. :func:`episode_stats` sums up what a researcher sees per step.
+Before sampling, the driver gives the calls in flight :data:`GATHER_S` to come in, so that quick environments join
+the same ``generate`` call (a batch of one row at a time would waste the engine). With an engine the ranks share
+(collective rounds) it runs in ``lockstep`` instead: each round waits for every environment, so every rank makes
+the same ``max_turns`` rounds.
+
+Nothing an episode produces can end the run: a reply that does not parse is a malformed call the model reads; a tool
+that raises is an error message the model reads (counted per tool); a fault of the constructor, ``reset``, ``step``,
+``get_reward``, the chat template or a time limit makes that episode unscorable (counted by kind).
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lit_fgrpo.environments.base import ENVIRONMENT_FLAG, EnvironmentFactory
-from lit_fgrpo.environments.episode import Episode, EpisodeLimits, Role, turn_seed
-from lit_fgrpo.environments.faults import (
-    EnvironmentFault,
-    checked_observation,
-    checked_reward,
-    checked_step,
-    guarded_call,
-)
-from lit_fgrpo.environments.tools import ToolCallError, error_message, parse_tool_calls, run_tool
+from lit_fgrpo.environments.base import EnvironmentSet, EnvironmentSpec
+from lit_fgrpo.environments.episode import Episode, EpisodeLimits, turn_seed
+from lit_fgrpo.environments.faults import EnvironmentFault
+from lit_fgrpo.environments.host import Call
+from lit_fgrpo.environments.reaction import Reaction, plan_reaction
+from lit_fgrpo.environments.turn_budget import fit_messages
 from lit_fgrpo.environments.turns import ChatTurns
+from lit_fgrpo.environments.workers import Isolation, Worker, WorkerPool
 from lit_fgrpo.errors import ConfigError
 
 Generate = Callable[[list[list[int]], list[int], list[int]], Sequence[tuple[list[int], list[float] | None, bool]]]
@@ -43,8 +45,10 @@ Generate = Callable[[list[list[int]], list[int], list[int]], Sequence[tuple[list
 one sampled continuation per row; ``finished`` is True when the row ended at a stop token (which it includes).
 
 Over a :class:`~lit_fgrpo.engines.base.RolloutEngine` it is ``engine.generate(prompts, replace(sampling, n=1,
-max_tokens=M), seeds)`` with ``M`` the same on every call and rank (``max_turn_tokens``, else ``max_episode_tokens``: an
-engine shared by the ranks refuses a round whose settings differ); the driver cuts each row at its own cap."""
+max_tokens=M), seeds)`` with ``M`` the same on every call and rank; the driver cuts each row at its own cap."""
+
+GATHER_S = 0.05
+"""Seconds a ready episode waits for the environment calls in flight before its turn is sampled without them."""
 
 
 @dataclass(frozen=True)
@@ -52,220 +56,316 @@ class EpisodeStart:
     """What one episode starts from."""
 
     prompt_ids: list[int]
-    """The prompt's token ids (the data module's rendering)."""
+    """The prompt's token ids (the data module's rendering; empty when the environment owns the data)."""
     seed: int
     """The episode's seed (:func:`~lit_fgrpo.environments.episode.sample_seed` of its prompt's seed and index)."""
     row: Mapping[str, Any] = field(default_factory=dict)
-    """The dataset row ``reset(**row)`` receives (``prompt`` and the columns, e.g. ``answer``)."""
+    """What ``reset(**row)`` receives: ``prompt`` and the row's columns, as they are."""
     messages: list[dict[str, str]] | None = None
-    """The prompt as chat messages: the conversation's start, and what a ``reset`` observation is appended to."""
+    """The prompt as chat messages (``[]``: the environment owns the data, ``reset``'s text is the prompt; ``None``:
+    a left-truncated prompt, which a ``reset`` text cannot be appended to)."""
+    environment: str = ""
+    """The environment's name (the row's ``environment`` column when ``--rollout.environment`` is a mapping)."""
+
+
+@dataclass
+class _Pending:
+    """What an episode's request in flight was for."""
+
+    stage: str
+    """``"start"``, ``"react"`` or ``"finish"``."""
+    reaction: Reaction | None = None
+    finish: tuple[str, bool] = ("", False)
+    """The end reason and truncation of an episode whose ``get_reward`` is in flight."""
 
 
 class EpisodeDriver:
-    """Runs episodes of one environment class.
+    """Runs episodes of a run's environments.
 
     Args:
-        factory: The checked environment class (:func:`~lit_fgrpo.environments.base.load_environment`).
-        turns: The chat template's turn markers for the policy's tokenizer.
+        environments: The checked environments and standalone tools (:func:`~lit_fgrpo.environments.base.load_environments`).
+        turns: The chat turns per environment name (the tools each lists differ), or one for all.
         limits: Turns, tokens per episode, tokens per turn, context.
-        call_timeout: Seconds one ``reset`` / ``step`` / tool / ``get_reward`` call may take (``None``: no limit).
+        call_timeout: Seconds one environment call may take (``None``: no limit).
+        isolation: Where environment calls run (:data:`~lit_fgrpo.environments.workers.Isolation`).
     """
 
     def __init__(
-        self, factory: EnvironmentFactory, turns: ChatTurns, limits: EpisodeLimits, call_timeout: float | None = None
+        self,
+        environments: EnvironmentSet | EnvironmentSpec,
+        turns: ChatTurns | Mapping[str, ChatTurns],
+        limits: EpisodeLimits,
+        call_timeout: float | None = 60.0,
+        isolation: Isolation = "process",
     ) -> None:
         if call_timeout is not None and not call_timeout > 0:
             raise ConfigError(f"--rollout.environment_timeout must be > 0 seconds or null, got {call_timeout}")
-        self.factory = factory
-        self.turns = turns
+        if isinstance(environments, EnvironmentSpec):  # one environment, as load_environment gives it
+            environments = EnvironmentSet({"": environments})
+        self.environments = environments
+        names = list(environments.specs) or [""]
+        self.turns = dict(turns) if isinstance(turns, Mapping) else dict.fromkeys(names, turns)
         self.limits = limits
-        self.call_timeout = call_timeout
-        self.schemas = factory.tool_schemas()
+        self.schemas = {name: environments.tool_schemas(name) for name in names}
+        self.pool = WorkerPool(
+            {name: spec.make for name, spec in environments.specs.items()}, environments.tools, isolation, call_timeout
+        )
         self.seconds: dict[str, float] = dict.fromkeys(("generate", "environment", "driver"), 0.0)
-        """Wall-clock seconds of the last :meth:`run`: ``generate``, ``environment`` (its calls) and ``driver``."""
+        """Wall-clock seconds of the last :meth:`run`: ``generate``, ``environment`` (waiting with nothing to sample)
+        and ``driver``."""
+        self.workers: list[Worker] = []
+        """The workers of the last :meth:`run`'s episodes, in order (their instances serve ``environments=``)."""
 
-    def start(self, starts: Sequence[EpisodeStart]) -> list[Episode]:
-        """Make each episode's environment and ``reset`` it; a fault leaves that episode ended and unscorable."""
-        episodes = []
-        for spec in starts:
-            episode = Episode(list(spec.prompt_ids), int(spec.seed), messages=[dict(m) for m in spec.messages or []])
-            episodes.append(episode)
-            try:
-                episode.environment = self._call(self.factory, "the environment's constructor")
-                reset = functools.partial(episode.environment.reset, **spec.row)
-                observation = checked_observation(self._call(reset, "reset"), "reset")
-            except EnvironmentFault as fault:
-                episode.end("fault", unscorable=fault.reason)
-                continue
-            if observation is not None:
-                self._append_to_prompt(episode, spec, observation)
-            if episode.room(self.limits) < 1:
-                self._finish(episode, "prompt fills the context", truncated=True)
-        return episodes
+    def close(self) -> None:
+        """End every worker."""
+        self.pool.close()
 
-    def _append_to_prompt(self, episode: Episode, spec: EpisodeStart, observation: str) -> None:
-        """TRL's rule: ``reset``'s text is appended to the last user message, and the prompt rendered again."""
-        users = [i for i, m in enumerate(spec.messages or []) if m.get("role") == "user"]
-        if not users:
-            raise ConfigError(
-                f"{ENVIRONMENT_FLAG} {self.factory.name}.reset returned an observation, but the prompt came without "
-                "a user message to append it to"
-            )
-        messages = [dict(m) for m in spec.messages or []]
-        last = users[-1]
-        messages[last]["content"] = messages[last]["content"] + observation
-        episode.messages = messages
-        episode.prompt_ids = self.turns.prompt_ids(messages)
+    def views(self, episodes: Sequence[Episode]) -> list[Any]:
+        """What reward functions receive as ``environments=``: each episode's instance (or its view in a worker
+        process), ``None`` for an unscorable one. Valid until the next :meth:`run`."""
+        return [
+            None
+            if e.unscorable is not None or e.environment_name not in self.environments.specs
+            else w.view(e.environment_name)
+            for e, w in zip(episodes, self.workers)
+        ]
 
-    def advance(self, episodes: Sequence[Episode], generate: Generate) -> int:
-        """One turn of every live episode: one ``generate`` call, then each environment's reaction.
-
-        Returns:
-            How many episodes took part (0 when none was live).
-        """
-        live = [e for e in episodes if e.live]
-        rooms = [e.room(self.limits) for e in live]
-        for episode, room in zip(live, rooms):
-            if room < 1:
-                self._finish(episode, "token budget", truncated=True)
-        live, rooms = [e for e, r in zip(live, rooms) if r >= 1], [r for r in rooms if r >= 1]
-        if not live:
-            return 0
-        start = time.perf_counter()
-        outputs = generate([e.token_ids() for e in live], rooms, [turn_seed(e.seed, e.turns) for e in live])
-        self.seconds["generate"] += time.perf_counter() - start
-        if len(outputs) != len(live):
-            raise ValueError(f"generate returned {len(outputs)} rows for {len(live)} episodes")
-        for episode, room, (ids, logprobs, finished) in zip(live, rooms, outputs):
-            ids, logprobs = list(ids), None if logprobs is None else list(logprobs)
-            if len(ids) > room:  # the engine sampled past this row's cap: its first `room` tokens are the sample
-                ids, logprobs, finished = ids[:room], None if logprobs is None else logprobs[:room], False
-            episode.add_model_turn(ids, logprobs, self.turns.decode(ids))
-            self._react(episode, episode.messages[-1]["content"], cut=not finished)
-        return len(live)
-
+    # ------------------------------------------------------------------ the loop
     def run(
-        self, starts: Sequence[EpisodeStart], generate: Generate, join: Callable[[], None] | None = None
+        self,
+        starts: Sequence[EpisodeStart],
+        generate: Generate,
+        join: Callable[[], None] | None = None,
+        lockstep: bool = False,
     ) -> list[Episode]:
-        """Start the episodes and advance them until every one has ended (at most ``max_turns`` generate calls).
+        """Run the episodes to their end.
 
         Args:
             starts: One per episode.
-            generate: The engine's sampling, one call per turn.
-            join: Called once for each of the ``max_turns`` rounds the episodes did not need. An engine shared by
-                the ranks (``RankedEngine``) samples in collective rounds: with ``join=lambda:
-                engine.join_round(sampling)`` every rank takes part in exactly ``max_turns`` rounds, however soon its
-                own episodes end.
+            generate: The engine's sampling.
+            join: With ``lockstep``, called once for each of the ``max_turns`` rounds the episodes did not need (an
+                engine the ranks share samples in collective rounds: every rank takes part in exactly ``max_turns``).
+            lockstep: Each round waits for every environment (an engine the ranks share).
         """
         self.seconds = dict.fromkeys(("generate", "environment", "driver"), 0.0)
         began = time.perf_counter()
-        episodes = self.start(starts)
+        episodes = [self._episode(start) for start in starts]
+        self.workers = workers = self.pool.take(len(starts))
+        pending: dict[int, _Pending] = {}
+        ready: list[int] = []
+        for i, (start, episode) in enumerate(zip(starts, episodes)):
+            if episode.ended:
+                continue
+            calls = [Call("reset", start.environment, "reset", kwargs=dict(start.row))]
+            if start.environment not in workers[i].made:
+                calls.insert(0, Call("make", start.environment))
+                workers[i].made.add(start.environment)
+            self._submit(workers[i], calls, pending, i, _Pending("start"))
+        index = {id(w): i for i, w in enumerate(workers)}
         rounds = 0
-        while self.advance(episodes, generate):
-            rounds += 1
-        if join is not None:
+        while pending or ready:
+            waited = time.perf_counter()
+            busy = [workers[i] for i in pending]
+            if ready and not lockstep:
+                gather_until = time.monotonic() + GATHER_S
+                while busy and (left := gather_until - time.monotonic()) > 0:
+                    got = self.pool.wait(busy, left)
+                    for worker, outcomes in got:
+                        self._answer(episodes, starts, workers, pending, ready, index[id(worker)], outcomes)
+                    busy = [workers[i] for i in pending]
+            elif busy:
+                for worker, outcomes in self.pool.wait(busy, None if lockstep or not ready else 0.0):
+                    self._answer(episodes, starts, workers, pending, ready, index[id(worker)], outcomes)
+                if lockstep and pending:
+                    continue
+            self.seconds["environment"] += time.perf_counter() - waited
+            if ready:
+                batch, ready = sorted(ready), []
+                self._turn(episodes, batch, generate, workers, pending, ready)
+                rounds += 1
+        if lockstep and join is not None:
             for _ in range(self.limits.max_turns - rounds):
                 join()
         self.seconds["driver"] = time.perf_counter() - began - self.seconds["generate"] - self.seconds["environment"]
         return episodes
 
-    def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        start = time.perf_counter()
-        try:
-            return guarded_call(fn, what, self.call_timeout)
-        finally:
-            self.seconds["environment"] += time.perf_counter() - start
+    def _episode(self, start: EpisodeStart) -> Episode:
+        messages = None if start.messages is None else [dict(m) for m in start.messages]
+        episode = Episode(list(start.prompt_ids), int(start.seed), messages=messages or [])
+        episode.environment_name = start.environment
+        episode.prompt_messages = messages
+        if start.environment not in self.turns:
+            known = ", ".join(repr(n) for n in self.environments.specs)
+            episode.end("fault", unscorable=f"the row's environment {start.environment!r} is not one of {known}")
+            episode.fault_kind = "routing"
+        return episode
 
-    def _react(self, episode: Episode, reply: str, cut: bool) -> None:
-        """The environment's answer to a model turn, appended as tokens unless the episode ends here."""
-        environment = episode.environment
-        role: Role = "user"
+    def _submit(self, worker: Worker, calls: list[Call], pending: dict[int, _Pending], i: int, what: _Pending) -> None:
+        worker.submit(calls)
+        pending[i] = what
+
+    def _answer(
+        self,
+        episodes: list[Episode],
+        starts: Sequence[EpisodeStart],
+        workers: list[Worker],
+        pending: dict[int, _Pending],
+        ready: list[int],
+        i: int,
+        outcomes: list[Any],
+    ) -> None:
+        """An episode's request is answered: it becomes ready, waits for ``get_reward``, or ends."""
+        what = pending.pop(i)
+        episode = episodes[i]
+        if outcomes and outcomes[-1][0] == "fault":
+            self._fault(episode, outcomes[-1][1], _fault_kind(outcomes[-1][1]))
+            return
         try:
-            calls = parse_tool_calls(reply, self.schemas) if self.schemas else []
-            if calls:
-                messages, done, role = self._run_calls(episode, calls), False, "tool"
-            elif self.factory.has_step:
-                observation, done = checked_step(self._call(lambda: environment.step(reply), "step"))
-                messages = [] if observation is None else [{"role": "user", "content": observation}]
+            if what.stage == "start":
+                self._started(episode, starts[i], outcomes[-1][1])
+            elif what.stage == "finish":
+                episode.reward = outcomes[-1][1]
+                episode.end(*what.finish)
+                return
             else:
-                messages, done = [], True
-        except EnvironmentFault as fault:
-            self._finish(episode, "fault", unscorable=fault.reason)
+                assert what.reaction is not None
+                self._reacted(episode, what.reaction, outcomes)
+        except EnvironmentFault as fault:  # the chat template failed at run time, or reset gave no prompt
+            self._fault(episode, fault.reason, "template" if "template" in fault.reason else "reset")
             return
+        if episode.live and episode.finish_reason is None:
+            ready.append(i)
+        elif episode.live:
+            self._finish(episode, workers[i], pending, i)
+
+    def _started(self, episode: Episode, start: EpisodeStart, observation: str | None) -> None:
+        turns = self.turns[episode.environment_name]
+        if start.messages == []:  # environment-owned data: reset's text is the prompt
+            if observation is None:
+                raise EnvironmentFault("reset returned no prompt, and the row has none (environment-owned data)")
+            episode.messages = [{"role": "user", "content": observation}]
+            episode.prompt_ids = turns.prompt_ids(episode.messages)
+        elif observation is not None:
+            if start.messages is None:
+                raise EnvironmentFault(
+                    "reset returned text to append to the prompt, but the prompt was cut on the left (no messages to "
+                    "append it to): raise --data.prompts.max_length"
+                )
+            messages = [dict(m) for m in start.messages]
+            users = [k for k, m in enumerate(messages) if m.get("role") == "user"]
+            if users:
+                messages[users[-1]]["content"] = f"{messages[users[-1]]['content']}{observation}"
+            else:
+                messages.append({"role": "user", "content": observation})
+            episode.messages = messages
+            episode.prompt_ids = turns.prompt_ids(messages)
+        if episode.room(self.limits) < 1:
+            episode.finish_reason = ("prompt fills the context", True)
+
+    def _turn(
+        self,
+        episodes: list[Episode],
+        batch: list[int],
+        generate: Generate,
+        workers: list[Worker],
+        pending: dict[int, _Pending],
+        ready: list[int],
+    ) -> None:
+        """One ``generate`` call for the ready episodes, then each one's reaction sent to its worker."""
+        rooms = [episodes[i].room(self.limits) for i in batch]
+        start = time.perf_counter()
+        outputs = generate(
+            [episodes[i].token_ids() for i in batch],
+            rooms,
+            [turn_seed(episodes[i].seed, episodes[i].turns) for i in batch],
+        )
+        self.seconds["generate"] += time.perf_counter() - start
+        if len(outputs) != len(batch):
+            raise ValueError(f"generate returned {len(outputs)} rows for {len(batch)} episodes")
+        for i, room, (ids, logprobs, finished) in zip(batch, rooms, outputs):
+            episode = episodes[i]
+            ids, logprobs = list(ids), None if logprobs is None else list(logprobs)
+            if len(ids) > room:  # the engine sampled past this row's cap: its first `room` tokens are the sample
+                ids, logprobs, finished = ids[:room], None if logprobs is None else logprobs[:room], False
+            turns = self.turns[episode.environment_name]
+            episode.add_model_turn(ids, logprobs, turns.decode(ids))
+            reaction = plan_reaction(
+                episode.messages[-1]["content"],
+                turns,
+                self.schemas[episode.environment_name],
+                self.environments,
+                episode.environment_name,
+                cut=not finished,
+            )
+            for kind in reaction.invalid:
+                episode.invalid_calls[kind] += 1
+            if reaction.calls:
+                self._submit(workers[i], reaction.calls, pending, i, _Pending("react", reaction))
+                continue
+            self._reacted(episode, reaction, [])
+            if episode.finish_reason is None:
+                ready.append(i)
+            else:
+                self._finish(episode, workers[i], pending, i)
+
+    def _reacted(self, episode: Episode, reaction: Reaction, outcomes: list[Any]) -> None:
+        """Append the environment's answer to a model turn, or mark the episode to finish."""
+        messages, done = reaction.messages(outcomes, episode)
         if done:
-            episode.messages += [{"role": m["role"], "content": m["content"]} for m in messages]
-            self._finish(episode, "done" if self.factory.has_step else "no tool call", truncated=cut)
+            episode.messages += messages
+            episode.finish_reason = (reaction.done_reason, reaction.cut)
             return
-        if cut:
-            self._finish(episode, "turn cut at max tokens", truncated=True)
+        if reaction.cut:
+            episode.finish_reason = ("turn cut at max tokens", True)
             return
         if episode.turns >= self.limits.max_turns:
-            self._finish(episode, "max_turns", truncated=True)
+            episode.finish_reason = ("max_turns", True)
             return
-        ids = self.turns.suffix_ids(messages)
-        if episode.segments[-1].ids[-1:] != [self.turns.end_of_turn_id]:  # stopped at another stop token
-            ids = [self.turns.end_of_turn_id, *ids]
-        if len(ids) + 1 > episode.tokens_left(self.limits):  # no room for the reply and one more model token
-            self._finish(episode, "token budget", truncated=True)
+        turns = self.turns[episode.environment_name]
+        needs_end = episode.segments[-1].ids[-1:] != [turns.end_of_turn_id]  # stopped at another stop token
+        fitted = fit_messages(turns, messages, episode.tokens_left(self.limits) - needs_end - 1)
+        if fitted is None:  # not even the turn markers fit: no room for another reply
+            episode.finish_reason = ("token budget", True)
             return
-        episode.messages += [{"role": m["role"], "content": m["content"]} for m in messages]
-        episode.add_environment_turn(ids, role)
+        messages, ids = fitted
+        if needs_end:
+            ids = [turns.end_of_turn_id, *ids]
+        episode.messages += messages
+        episode.add_environment_turn(ids, reaction.role)
 
-    def _run_calls(self, episode: Episode, calls: Sequence[Any]) -> list[dict[str, str]]:
-        """Run a reply's tool calls in order; one tool message each (an error message for a call that cannot run)."""
-        messages = []
-        for call in calls:
-            if isinstance(call, ToolCallError):
-                episode.invalid_calls[call.kind] += 1
-                name, text = call.name or "error", error_message(call, self.schemas)
-            else:
-                start = time.perf_counter()
-                try:
-                    text, error = run_tool(getattr(episode.environment, call.name), call, self.call_timeout)
-                finally:
-                    self.seconds["environment"] += time.perf_counter() - start
-                name = call.name
-                if error is not None:
-                    episode.invalid_calls[error.kind] += 1
-                else:
-                    episode.tool_calls[call.name] += 1
-            messages.append({"role": "tool", "name": name, "content": text})
-        return messages
+    def _finish(self, episode: Episode, worker: Worker, pending: dict[int, _Pending], i: int) -> None:
+        """End an episode; a scorable one's environment is asked for its reward first (a fault there: unscorable)."""
+        assert episode.finish_reason is not None
+        spec = self.environments.spec(episode.environment_name)
+        if spec is not None and spec.has_reward:
+            self._submit(
+                worker,
+                [Call("get_reward", episode.environment_name, "get_reward")],
+                pending,
+                i,
+                _Pending("finish", finish=episode.finish_reason),
+            )
+        else:
+            episode.end(*episode.finish_reason)
 
-    def _finish(self, episode: Episode, reason: str, truncated: bool = False, unscorable: str | None = None) -> None:
-        """End an episode; a scorable one's environment is asked for its reward (a fault there: unscorable)."""
-        if unscorable is None and self.factory.has_reward and episode.environment is not None:
-            environment = episode.environment
-            try:
-                episode.reward = checked_reward(self._call(environment.get_reward, "get_reward"))
-            except EnvironmentFault as fault:
-                unscorable = fault.reason
-        episode.end(reason, truncated=truncated, unscorable=unscorable)
+    def _fault(self, episode: Episode, reason: str, kind: str) -> None:
+        episode.fault_kind = kind
+        episode.end("fault", unscorable=reason)
 
 
-def episode_stats(episodes: Sequence[Episode], tools: Sequence[str] = ()) -> dict[str, float]:
-    """What a researcher sees per step (logged under ``rollout/``).
-
-    ``turns_per_episode`` (mean), ``tool_calls_valid`` and ``tool_calls_invalid`` (totals, the invalid ones also by
-    kind: ``tool_calls_malformed``, ``tool_calls_unknown_tool``, ``tool_calls_bad_arguments``, ``tool_calls_tool_error``),
-    ``tool_calls/<tool>`` for every tool (0 when never called: a run that "succeeds" without its tool shows it),
-    ``episodes_truncated`` and ``environment_errors`` (counts), ``environment_tokens`` (mean environment tokens per
-    episode).
-    """
-    count = max(len(episodes), 1)
-    valid: Counter[str] = Counter({name: 0 for name in tools})
-    invalid: Counter[str] = Counter({kind: 0 for kind in ("malformed", "unknown_tool", "bad_arguments", "tool_error")})
-    for episode in episodes:
-        valid.update(episode.tool_calls)
-        invalid.update(episode.invalid_calls)
-    stats = {
-        "turns_per_episode": sum(e.turns for e in episodes) / count,
-        "tool_calls_valid": float(sum(valid.values())),
-        "tool_calls_invalid": float(sum(invalid.values())),
-        "episodes_truncated": float(sum(e.truncated for e in episodes)),
-        "environment_errors": float(sum(e.unscorable is not None for e in episodes)),
-        "environment_tokens": sum(len(s.ids) for e in episodes for s in e.segments if not s.trained) / count,
-    }
-    stats |= {f"tool_calls_{kind}": float(n) for kind, n in invalid.items()}
-    stats |= {f"tool_calls/{name}": float(n) for name, n in sorted(valid.items())}
-    return stats
+def _fault_kind(reason: str) -> str:
+    """A fault's kind for the per-step counts: which call failed, or ``timeout`` / ``worker``."""
+    if "timed out" in reason:
+        return "timeout"
+    if "worker died" in reason:
+        return "worker"
+    for kind, marker in (
+        ("constructor", "constructor"),
+        ("get_reward", "get_reward"),
+        ("reset", "reset"),
+        ("step", "step"),
+        ("template", "template"),
+    ):
+        if marker in reason:
+            return kind
+    return "other"

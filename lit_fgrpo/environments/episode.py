@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from lit_fgrpo.distributed.rank_layout import prompt_seed
 from lit_fgrpo.errors import ConfigError
@@ -89,8 +89,8 @@ class Episode:
     """The prompt (with a ``reset`` observation appended, when there was one)."""
     seed: int
     """The episode's own seed (:func:`sample_seed`); turn ``k`` samples with :func:`turn_seed` of it."""
-    environment: Any = None
-    """The environment instance (``None`` once a fault made it unusable)."""
+    environment_name: str = ""
+    """The episode's environment (its name in ``--rollout.environment``; ``""`` for the one environment)."""
     segments: list[Segment] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)
     """The conversation as ``{role, content}`` messages, prompt messages first when they were given."""
@@ -108,7 +108,17 @@ class Episode:
     tool_calls: Counter[str] = field(default_factory=Counter)
     """Tool name -> calls that ran."""
     invalid_calls: Counter[str] = field(default_factory=Counter)
-    """Kind (``malformed``, ``unknown_tool``, ``bad_arguments``, ``tool_error``) -> calls answered with an error."""
+    """Kind (``malformed``, ``unknown_tool``, ``bad_arguments``, ``tool_error``, ``tool_exception``) -> calls answered
+    with an error."""
+    tool_errors: Counter[str] = field(default_factory=Counter)
+    """Tool name -> calls that raised (``ToolError`` or another exception), answered with the error."""
+    fault_kind: str | None = None
+    """Which call made the episode unscorable (``reset``, ``step``, ``get_reward``, ``constructor``, ``timeout``,
+    ``template``, ``worker``, ``routing``); ``None`` when healthy."""
+    prompt_messages: list[dict[str, str]] | None = None
+    """The prompt's messages as the episode started from them (``None``: a left-truncated prompt)."""
+    finish_reason: tuple[str, bool] | None = None
+    """Set when the episode is to end (reason, truncated): its ``get_reward`` is asked before it does."""
 
     @property
     def live(self) -> bool:
@@ -154,7 +164,7 @@ class Episode:
     def end(self, reason: str, truncated: bool = False, unscorable: str | None = None) -> None:
         """End the episode (idempotent: the first reason stays, a fault is recorded whenever it comes)."""
         if unscorable is not None:
-            self.unscorable, self.environment = unscorable, None
+            self.unscorable = unscorable
         if not self.ended:
             self.ended, self.end_reason = True, unscorable or reason
         self.truncated = self.truncated or truncated

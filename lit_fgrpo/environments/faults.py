@@ -1,26 +1,20 @@
-"""Environment faults: a ``reset``, ``step``, tool or ``get_reward`` call that raises or runs past its time limit.
+"""Environment faults: an environment's own call (its constructor, ``reset``, ``step``, ``get_reward``) that raises,
+runs past its time limit or returns something unusable, and a chat template that fails at run time.
 
-Such a call makes its episode **unscorable**: the episode ends, carries the reason
-(:attr:`~lit_fgrpo.environments.episode.Episode.unscorable`), is counted (``environment_errors``) and is left out of
-mu_hat and the loss. It is never scored 0: for F-GRPO a fault counted as a failure would lower the group's success
-rate and so raise its weight (verl PR #6673 and verl-omni PR #366 are that silent failure).
+Such a fault makes its episode **unscorable**: the episode ends, carries the reason
+(:attr:`~lit_fgrpo.environments.episode.Episode.unscorable`) and its kind (``fault_kind``), is counted
+(``environment_errors`` and ``environment_errors/<kind>``) and is left out of mu_hat and the loss. It is never scored
+0: for F-GRPO a fault counted as a failure would lower the group's success rate and so raise its weight (verl PR
+#6673 and verl-omni PR #366 are that silent failure).
 
-A tool that means to tell the model "these arguments are wrong" raises
-:class:`~lit_fgrpo.environments.tools.ToolError` instead: that is shown to the model as a tool message, not a fault.
-
-Calls with a timeout run in a daemon thread (:func:`lit_fgrpo.rewards.guarded_call.call_with_timeout`): an environment
-object keeps its state between calls, so it cannot run in a forked worker. A call that times out keeps running in its
-abandoned thread; its episode and environment are dropped.
+A *tool* that raises is not a fault: the model called it, so the model reads the error (TRL's ``{"error": ...}``),
+and the call is counted per tool (:mod:`~lit_fgrpo.environments.host`). Only a tool call past its time limit is a
+fault: its worker is cut, and the state the episode's tools shared is gone.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-from collections.abc import Callable
 from typing import Any
-
-from lit_fgrpo.rewards.guarded_call import RewardTimeout, call_with_timeout
 
 
 class EnvironmentFault(RuntimeError):
@@ -35,25 +29,6 @@ class EnvironmentFault(RuntimeError):
         self.reason = reason
 
 
-def guarded_call(fn: Callable[[], Any], what: str, timeout: float | None) -> Any:
-    """``fn()``, any exception or a timeout turned into :class:`EnvironmentFault` naming ``what``.
-
-    Args:
-        fn: The call (a closure over the environment and its arguments).
-        what: The call's name for the reason (``"reset"``, ``"step"``, ``"tool 'add'"``).
-        timeout: Seconds the call may take; ``None`` runs it in the caller's thread without a limit.
-
-    Raises:
-        EnvironmentFault: If ``fn`` raised (``sys.exit`` included) or did not return within ``timeout``.
-    """
-    try:
-        return call_with_timeout(fn, timeout, "thread")
-    except RewardTimeout:
-        raise EnvironmentFault(f"{what} timed out after {timeout:g} s") from None
-    except Exception as err:  # the environment is user code: any error is its episode's, never the run's
-        raise EnvironmentFault(f"{what} raised {type(err).__name__}: {err}") from None
-
-
 def checked_observation(value: Any, what: str) -> str | None:
     """``value`` if it is a string or ``None`` (what ``reset`` and ``step`` may return as an observation).
 
@@ -66,24 +41,12 @@ def checked_observation(value: Any, what: str) -> str | None:
 
 
 def checked_step(value: Any) -> tuple[str | None, bool]:
-    """``step``'s ``(observation, done)``, checked.
+    """``step``'s ``(observation, done)``, checked (``done`` a bool, numpy's included).
 
     Raises:
-        EnvironmentFault: If it is not a pair of ``str | None`` and ``bool``.
+        EnvironmentFault: If it is not a pair of ``str | None`` and a bool.
     """
-    if not (isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bool)):
-        raise EnvironmentFault(f"step returned {value!r}, expected (observation: str | None, done: bool)")
-    return checked_observation(value[0], "step"), value[1]
-
-
-def checked_reward(value: Any) -> float:
-    """``get_reward``'s value as a finite float.
-
-    Raises:
-        EnvironmentFault: If it is not a real number, or is NaN or infinite.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise EnvironmentFault(f"get_reward returned {value!r}, expected a number")
-    if not math.isfinite(float(value)):
-        raise EnvironmentFault(f"get_reward returned {value!r}, expected a finite number")
-    return float(value)
+    if not (isinstance(value, tuple) and len(value) == 2 and type(value[1]).__name__ in ("bool", "bool_")):
+        shown = repr(value) if len(repr(value)) < 80 else f"a {type(value).__name__}"
+        raise EnvironmentFault(f"step returned {shown}, expected (observation: str | None, done: bool)")
+    return checked_observation(value[0], "step"), bool(value[1])

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lit_fgrpo.environments.base import TextEnvironment
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.rewards.last_number import last_number, same_number
 
 WRONG = "Wrong, try again."
 
 
-class RetryArithmetic:
+class RetryArithmetic(TextEnvironment):
     """The ``retry`` environment: up to ``max_attempts`` answers to one arithmetic question.
 
     Args:

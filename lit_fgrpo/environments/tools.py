@@ -1,4 +1,4 @@
-"""Tools: their JSON schemas, the tool-call text the model writes, calling them, and the tool message it reads back.
+"""Tools: their JSON schemas, the calls the model writes, checking them, and the tool message it reads back.
 
 Schemas come from the method's type hints and its Google-style docstring (the summary line and the ``Args:``
 section), through :func:`transformers.utils.get_json_schema`, as TRL builds them::
@@ -7,38 +7,32 @@ section), through :func:`transformers.utils.get_json_schema`, as TRL builds them
      "parameters": {"type": "object", "properties": {"a": {"type": "number", "description": "..."}, ...},
                     "required": ["a", "b"]}}}
 
-The call format is the Hermes / Qwen convention, plain text any model can write (SmolLM2's chat template has no tool
-syntax of its own)::
+How a call is written and read (Hermes' ``<tool_call>{...}</tool_call>``, Llama 3's bare JSON) is the
+:mod:`~lit_fgrpo.environments.call_formats` module's. A reply may hold several calls; each one is run in order and
+answered by one tool message (none is dropped, unlike TRL #4708). A call that cannot be run is never an exception
+(TRL #4881): it becomes a :class:`ToolCallError` of kind
 
-    <tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>
-
-A reply may hold several calls; each one is run in order and answered by one tool message (none is dropped, unlike
-TRL #4708). A call that cannot be run is never an exception (TRL #4881): it becomes a :class:`ToolCallError` of kind
-
-* ``"malformed"``: an unclosed ``<tool_call>``, text that is not a JSON object, no ``name`` string, ``arguments``
-  that are not an object;
+* ``"malformed"``: text that cannot be read as a call in the run's format (not JSON, no ``name`` string, arguments
+  that are not an object);
 * ``"unknown_tool"``: a name that is not one of the environment's tools;
 * ``"bad_arguments"``: a missing required argument, an unexpected one, or a value of the wrong JSON type;
 
-whose :func:`error_message` the model reads as the tool message, and which is counted. A tool that rejects its
-arguments itself raises :class:`ToolError` (shown to the model, counted as ``"tool_error"``); any other exception
-or a timeout is an environment fault (:mod:`lit_fgrpo.environments.faults`): the episode becomes unscorable.
+whose :func:`error_message` the model reads as the tool message, and which is counted. A tool that raises is
+answered with its error too (:mod:`lit_fgrpo.environments.host`: :class:`ToolError`, the tool rejecting its arguments
+on purpose, is counted as ``"tool_error"``, any other exception as ``"tool_exception"``); only a call past its time
+limit is an environment fault (:mod:`lit_fgrpo.environments.faults`): the episode becomes unscorable.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lit_fgrpo.environments.faults import guarded_call
 from lit_fgrpo.errors import ConfigError
 
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-
-CallErrorKind = Literal["malformed", "unknown_tool", "bad_arguments", "tool_error"]
+CallErrorKind = Literal["malformed", "unknown_tool", "bad_arguments", "tool_error", "tool_exception"]
 """Why a tool call gave an error message instead of a result (``"tool_error"``: the tool raised :class:`ToolError`)."""
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -53,8 +47,9 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 
 class ToolError(Exception):
-    """Raised by a tool to tell the model its call was wrong (``divide(1, 0)``): shown as the tool message, counted
-    as ``"tool_error"``; the episode goes on. Any other exception from a tool makes the episode unscorable."""
+    """Raised by a tool to tell the model its call was wrong (``divide(1, 0)``): its message is the tool message,
+    counted as ``"tool_error"``; the episode goes on. Any other exception is shown too, counted as
+    ``"tool_exception"``."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +69,8 @@ class ToolCallError:
     """What was wrong, one line."""
     name: str | None = None
     """The tool's name when the call named one."""
+    hint: str | None = field(default=None, compare=False)
+    """How a call is written in the run's format, shown after a malformed call's error (not part of equality)."""
 
 
 ParsedCall = ToolCall | ToolCallError
@@ -128,67 +125,15 @@ def argument_error(arguments: Mapping[str, Any], parameters: Mapping[str, Any]) 
     for name, value in arguments.items():
         spec = properties[name]
         if not _type_fits(value, spec):
-            return f"argument {name!r} must be {spec.get('type')}, got {json.dumps(value)}"
+            return f"argument {name!r} must be {spec.get('type')}, got {_shown(value)}"
     return None
-
-
-def _parse_one(body: str, tools: Mapping[str, Mapping[str, Any]]) -> ParsedCall:
-    try:
-        call = json.loads(body)
-    except json.JSONDecodeError as err:
-        return ToolCallError("malformed", f"not JSON ({err.msg} at character {err.pos})")
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-        return ToolCallError("malformed", 'expected a JSON object with a "name" string')
-    name, arguments = call["name"], call.get("arguments", {})
-    if isinstance(arguments, str):  # the OpenAI wire format sends the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return ToolCallError("malformed", '"arguments" is a string that is not JSON', name)
-    if not isinstance(arguments, dict):
-        return ToolCallError("malformed", '"arguments" must be a JSON object', name)
-    if name not in tools:
-        return ToolCallError("unknown_tool", f"no tool named {name!r}", name)
-    problem = argument_error(arguments, tools[name].get("parameters", {}))
-    if problem is not None:
-        return ToolCallError("bad_arguments", problem, name)
-    return ToolCall(name, arguments)
-
-
-def parse_tool_calls(text: str, schemas: Sequence[Mapping[str, Any]]) -> list[ParsedCall]:
-    """Every ``<tool_call>...</tool_call>`` of a reply, in order, parsed and checked against the tools' schemas.
-
-    Args:
-        text: The model's reply (decoded for reading only; its tokens are kept as sampled).
-        schemas: The environment's tool schemas (:func:`tool_schema`).
-
-    Returns:
-        One :class:`ToolCall` or :class:`ToolCallError` per opening tag; an empty list when the reply calls nothing.
-    """
-    tools = _schemas_by_name(schemas)
-    parsed: list[ParsedCall] = []
-    start = text.find(TOOL_CALL_OPEN)
-    while start >= 0:
-        body_start = start + len(TOOL_CALL_OPEN)
-        end = text.find(TOOL_CALL_CLOSE, body_start)
-        following = text.find(TOOL_CALL_OPEN, body_start)
-        if end < 0 or 0 <= following < end:
-            parsed.append(ToolCallError("malformed", f"{TOOL_CALL_OPEN} without {TOOL_CALL_CLOSE}"))
-            start = following
-            continue
-        parsed.append(_parse_one(text[body_start:end].strip(), tools))
-        start = text.find(TOOL_CALL_OPEN, end + len(TOOL_CALL_CLOSE))
-    return parsed
 
 
 def error_message(error: ToolCallError, schemas: Sequence[Mapping[str, Any]]) -> str:
     """The tool message the model reads for a call that could not run: what was wrong and what to write instead."""
     names = ", ".join(_schemas_by_name(schemas))
     if error.kind == "malformed":
-        return (
-            f"error: malformed tool call: {error.detail}. "
-            f'Write {TOOL_CALL_OPEN}{{"name": "<tool>", "arguments": {{...}}}}{TOOL_CALL_CLOSE}'
-        )
+        return f"error: malformed tool call: {error.detail}." + (f" Write {error.hint}" if error.hint else "")
     if error.kind == "unknown_tool":
         return f"error: unknown tool {error.name!r}; the tools are: {names}"
     if error.kind == "bad_arguments":
@@ -197,51 +142,45 @@ def error_message(error: ToolCallError, schemas: Sequence[Mapping[str, Any]]) ->
 
 
 def render_value(value: Any) -> str:
-    """A tool's return value as the tool message's text: a string as it is, else JSON (``str()`` if not JSON-able)."""
+    """A tool's return value as the tool message's text: a string as it is, else JSON (``str()`` if not JSON-able).
+
+    Never raises: a value nested deeper than :data:`MAX_RENDER_DEPTH`, or one that neither JSON nor ``str()`` can
+    write (an integer of more than 4,300 digits, a ``__str__`` that raises), is shown as a one-line placeholder.
+    """
     if isinstance(value, str):
         return value
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-_TOOL_ERROR = object()
-
-
-def run_tool(fn: Callable[..., Any], call: ToolCall, timeout: float | None) -> tuple[str, ToolCallError | None]:
-    """Call a tool under a time limit; its result (or its :class:`ToolError`) as the tool message's text.
-
-    Returns:
-        ``(text, None)`` for a result, ``(text, error)`` when the tool raised :class:`ToolError`.
-
-    Raises:
-        EnvironmentFault: If the tool raised anything else or timed out (the episode becomes unscorable).
-    """
-
-    def body() -> Any:
+    if _nested_deeper_than(value, MAX_RENDER_DEPTH):
+        return f"<{type(value).__name__} nested deeper than {MAX_RENDER_DEPTH} levels>"
+    for write in (json.dumps, str):
         try:
-            return fn(**call.arguments)
-        except ToolError as err:  # the model's mistake, shown to it: caught here, before the fault guard sees it
-            return (_TOOL_ERROR, str(err))
-
-    value = guarded_call(body, f"tool {call.name!r}", timeout)
-    if isinstance(value, tuple) and len(value) == 2 and value[0] is _TOOL_ERROR:
-        error = ToolCallError("tool_error", str(value[1]), call.name)
-        return error_message(error, []), error
-    return render_value(value), None
+            return str(write(value))
+        except Exception:  # not JSON-able (or too big for Python's int-to-text limit): the next way, then the placeholder
+            continue
+    return f"<{type(value).__name__} that cannot be shown as text>"
 
 
-def tool_instructions(schemas: Sequence[Mapping[str, Any]]) -> str:
-    """A system-prompt paragraph listing the tools and the call format, for chat templates without tool support.
+MAX_RENDER_DEPTH = 64
+"""Containers nested deeper than this are not written out: JSON and ``str()`` both recurse, and may hit the limit."""
 
-    The Hermes wording: the schemas as JSON lines inside ``<tools></tools>``, then how to write a call.
-    """
-    lines = "\n".join(json.dumps(schema) for schema in schemas)
-    return (
-        "You may call one or more functions to help with the user query. The functions are listed inside "
-        f"<tools></tools>:\n<tools>\n{lines}\n</tools>\n"
-        "To call a function, write a JSON object with its name and arguments inside tags, like this:\n"
-        f'{TOOL_CALL_OPEN}{{"name": <function-name>, "arguments": <args-json-object>}}{TOOL_CALL_CLOSE}\n'
-        "Each call's result comes back in a tool message."
-    )
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists, tuples and dicts nest deeper than ``limit`` in ``value`` (iterative: deep values cannot
+    overflow the stack here; a container met again, as in a cycle, is not walked twice)."""
+    seen: set[int] = set()
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, (list, tuple, dict)) or id(item) in seen:
+            continue
+        if depth >= limit:
+            return True
+        seen.add(id(item))
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A value the model sent, as short JSON for an error message (never raises: deep or huge values are cut)."""
+    text = render_value(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

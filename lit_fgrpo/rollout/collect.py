@@ -197,6 +197,11 @@ class RolloutCollector:
         self.last = rollout
         return rollout
 
+    def close(self) -> None:
+        """End the episodes' environment workers (none for single-turn rollouts)."""
+        if self.episodes is not None:
+            self.episodes.close()
+
     def join_round(self, sampling: SamplingConfig) -> None:
         """Take part, without prompts of this rank's own, in the engine rounds one :meth:`collect` makes (one, or
         ``max_turns`` for episodes): dynamic sampling's skipping ranks, with an engine the ranks share."""

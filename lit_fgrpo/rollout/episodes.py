@@ -25,6 +25,7 @@ engine, whichever row is longest.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +35,7 @@ import torch
 from lit_fgrpo.distributed.rank_layout import prompt_seeds
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
 from lit_fgrpo.environments import (
+    ROUTE_COLUMN,
     ChatTurns,
     Episode,
     EpisodeDriver,
@@ -44,12 +46,15 @@ from lit_fgrpo.environments import (
     training_row,
 )
 from lit_fgrpo.errors import ConfigError
+from lit_fgrpo.reporting.notices import notice
 from lit_fgrpo.rewards.base import RewardResult
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, RolloutSettings
 
 if TYPE_CHECKING:
     from lit_fgrpo.data.records import PromptRecord
+
+log = logging.getLogger(__name__)
 
 
 class Scoring(Protocol):
@@ -123,14 +128,21 @@ class EpisodeRollouts:
     def build(cls, settings: RolloutSettings, tokenizer: Any, policy: Any) -> EpisodeRollouts:
         """From the settings (the environment already checked), the policy's tokenizer (its chat template is checked
         here: before the first step) and the policy (its context)."""
-        factory = settings.environment_factory
-        assert factory is not None, "EpisodeRollouts needs --rollout.environment"
-        turns = ChatTurns(tokenizer, tools=factory.tool_schemas())
+        environments = settings.environments
+        assert environments is not None, "EpisodeRollouts needs --rollout.environment or --rollout.tools"
+        names = list(environments.specs) or [""]
+        turns = {name: ChatTurns(tokenizer, tools=environments.tool_schemas(name)) for name in names}
         engine_context = (settings.engine_kwargs or {}).get("max_model_len")
         context = episode_context(policy_context(policy), engine_context, settings.turn_tokens)
         limits = settings.episode_limits(context)
-        driver = EpisodeDriver(factory, turns, limits, settings.environment_timeout)
+        driver = EpisodeDriver(
+            environments, turns, limits, settings.environment_timeout, settings.environment_isolation
+        )
         return cls(driver, settings.turn_tokens, settings.mask_truncated_completions)
+
+    def close(self) -> None:
+        """End the environment workers (no process or thread outlives the run)."""
+        self.driver.close()
 
     def turn_sampling(self, sampling: SamplingConfig) -> SamplingConfig:
         """One turn's sampling: one continuation per episode, at most :attr:`turn_tokens`."""
@@ -149,15 +161,19 @@ class EpisodeRollouts:
             group_seeds = prompt_seeds(sampling.seed, positions, step, stream)
         else:  # unseeded: the global RNG, as an unseeded engine call draws from it
             group_seeds = torch.randint(0, 2**62, (len(records),)).tolist()
-        turns = self.driver.turns
+        environments = self.driver.environments
         starts = []
         for record, group_seed in zip(records, group_seeds):
+            name = str(record.columns.get(ROUTE_COLUMN)) if environments.routed else ""
+            turns = self.driver.turns.get(name)
             prompt = record.prompt_ids
-            if record.messages is not None and turns.tools:
+            if record.messages and turns is not None and turns.tools:
                 prompt = turns.prompt_ids(record.messages)  # the tools listed in the prompt
-            row = {"prompt": record.prompt, **record.columns}
+            row = dict(record.columns)  # as they are: an int column stays an int (TRL passes the row's values)
+            if record.messages != []:  # environment-owned data has no prompt to pass
+                row = {"prompt": record.messages if record.messages is not None else record.prompt, **row}
             for j in range(sampling.n):
-                starts.append(EpisodeStart(list(prompt), sample_seed(group_seed, j), row, record.messages))
+                starts.append(EpisodeStart(list(prompt), sample_seed(group_seed, j), row, record.messages, name))
         return starts
 
     def run(self, engine: RolloutEngine, starts: Sequence[EpisodeStart], sampling: SamplingConfig) -> list[Episode]:
@@ -169,7 +185,8 @@ class EpisodeRollouts:
             logprobs: Sequence[list[float] | None] = out.sampling_logprobs or [None] * len(out.completion_ids)
             return list(zip(out.completion_ids, logprobs, out.finished))
 
-        return self.driver.run(starts, generate, join=lambda: engine.join_round(turn))
+        lockstep = engine.collective_rounds  # an engine the ranks share: every rank makes the same rounds
+        return self.driver.run(starts, generate, join=lambda: engine.join_round(turn), lockstep=lockstep)
 
     def collect(
         self,
@@ -192,12 +209,15 @@ class EpisodeRollouts:
             "completion_length": model_tokens,
             "messages": [row.messages for row in rows],
             "environment_reward": [row.reward for row in rows],
+            "environments": self.driver.views(episodes),  # TRL's reward functions read the instances
         }
         scored = collector.score(records, completions, extra, G)
         unscorable = torch.tensor([row.unscorable is not None for row in rows], dtype=torch.bool)  # (B,)
+        warn_unscorable_groups(unscorable.view(P, G), episodes, G)
         rewards = scored.rewards.masked_fill(unscorable, float("nan"))  # (B,)
         correct = scored.correct & ~unscorable  # (B,)
         seconds = self.driver.seconds
+        environments = self.driver.environments
         generated = sum(model_tokens)
         stats = {
             "tokens_per_s": generated / max(seconds["generate"], 1e-9),
@@ -206,7 +226,7 @@ class EpisodeRollouts:
             "frac_truncated": sum(row.truncated for row in rows) / max(len(rows), 1),
             "generated_tokens": float(generated),
             FIRST_TURN: float(sum(bool(c) and e.turns == 1 for c, e in zip(correct, episodes))) / len(rows),
-            **episode_stats(episodes, self.driver.factory.tools),
+            **episode_stats(episodes, environments.all_tools()),
         }
         stats |= scored.stats(scorable=~unscorable)
         return RolloutBatch(
@@ -225,6 +245,28 @@ class EpisodeRollouts:
             row_prompt_ids=[row.prompt_ids for row in rows],
             conversations=[row.messages for row in rows],
         )
+
+
+_warned = False
+
+
+def warn_unscorable_groups(unscorable: torch.Tensor, episodes: Sequence[Episode], group_size: int) -> None:
+    """One notice, at the first step where every episode of some group is unscorable (an environment that never
+    works is otherwise a run of zeros): how many groups, and the first episode's fault."""
+    global _warned
+    whole = unscorable.all(dim=1)  # (P,)
+    if _warned or not bool(whole.any()):
+        return
+    _warned = True
+    first = episodes[int(whole.nonzero()[0, 0]) * group_size]
+    notice(
+        log,
+        "every episode of %d of %d groups is unscorable (left out of mu_hat and the loss); the first group's fault: "
+        "%s. Fault counts by kind: rollout/environment_errors/<kind>",
+        int(whole.sum()),
+        unscorable.shape[0],
+        first.unscorable,
+    )
 
 
 def last_reply(episode: Episode) -> str:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, get_args
 
 from lit_fgrpo.engines.base import SamplingConfig
-from lit_fgrpo.environments.base import EnvironmentFactory, load_environment
+from lit_fgrpo.environments.base import EnvironmentSet, load_environments
 from lit_fgrpo.environments.episode import EpisodeLimits
+from lit_fgrpo.environments.workers import Isolation as EnvironmentIsolation
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.objectives.group_weights import GroupWeight, weighted_rates
 from lit_fgrpo.rewards import resolve_reward
@@ -88,12 +89,17 @@ class RolloutSettings:
     max_staleness: int = 0
     """k; 0 = synchronous. k >= 1 generates up to k batches ahead of the trainer on the engine's own weight copy
     (vLLM or "hf_copy"), corrected with the module's importance weights (``--model.objective.importance_correction``)."""
-    environment: str | None = None
+    environment: str | dict[str, str] | None = None
     """Multi-turn episodes (docs/environments.md): the environment class as a built-in name (``retry``,
-    ``calculator``) or ``package.module:Class``; null = one reply per prompt. Its ``get_reward()``, when it has one,
-    is the reward function named ``environment`` (the default ``reward_funcs`` then)."""
+    ``calculator``) or ``package.module:Class`` (or a zero-argument factory), or a mapping of names to such, routed by
+    each row's ``environment`` column (TRL's rule); null = one reply per prompt (unless ``tools`` are given). An
+    environment's ``get_reward()``, when it has one, is the reward function named ``environment``, summed with
+    ``reward_funcs`` at weight 1 as TRL sums it (list ``environment`` in ``reward_funcs`` to weight it yourself)."""
     environment_args: dict[str, Any] | None = None
-    """Keyword arguments of the environment's constructor."""
+    """Keyword arguments of the environment's constructor (with a mapping of environments: name -> arguments)."""
+    tools: list[str] | None = None
+    """Standalone tool functions (``package.module:function``) every episode may call, with or without an
+    environment (TRL's ``tools``)."""
     max_turns: int = 4
     """Model turns per episode (with ``environment``); an episode still going after them ends truncated."""
     max_turn_tokens: int | None = None
@@ -101,9 +107,13 @@ class RolloutSettings:
     max_episode_tokens: int | None = None
     """Tokens after the prompt per episode, model and environment together: the training row's width (with
     ``environment``); null = ``max_turns`` times the turn's tokens."""
-    environment_timeout: float | None = None
-    """Seconds one ``reset``, ``step``, tool or ``get_reward`` call may take; past it the episode is unscorable
-    (counted, left out of mu_hat and the loss). null = no limit."""
+    environment_timeout: float | None = 60.0
+    """Seconds one constructor, ``reset``, ``step``, tool or ``get_reward`` call may take; past it the call is cut
+    and the episode is unscorable (counted, left out of mu_hat and the loss). null = no limit."""
+    environment_isolation: EnvironmentIsolation = "process"
+    """Where environment calls run: one forked worker ``process`` per concurrent episode (a call past the timeout is
+    cut, nothing left running), or a ``thread`` in the trainer (for environments that cannot be forked; a call past
+    the timeout cannot be stopped there)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.sampling, dict):  # a config's plain mapping
@@ -131,16 +141,20 @@ class RolloutSettings:
             raise ConfigError(f"{where}.reward_timeout must be a finite number > 0 or null, got {self.reward_timeout}")
         if self.reward_isolation not in get_args(Isolation):
             raise ConfigError(f"{where}.reward_isolation must be 'thread' or 'process', got {self.reward_isolation!r}")
-        self.environment_factory: EnvironmentFactory | None = self._load_environment()
-        """The checked environment class (``None``: single-turn rollouts)."""
+        self.environments: EnvironmentSet | None = self._load_environment()
+        """The checked environments and tools (``None``: single-turn rollouts)."""
         names = self.reward_names
         for key, name in [("reward_funcs", n) for n in names] + [("correctness", self.correctness)]:
             if name is None:
                 continue
             if name == ENVIRONMENT_REWARD:
-                factory = self.environment_factory
-                if factory is None or not factory.has_reward:
-                    has = "no --rollout.environment" if factory is None else f"{factory.name} has no get_reward()"
+                environments = self.environments
+                if environments is None or not environments.has_reward:
+                    has = (
+                        "no --rollout.environment"
+                        if environments is None
+                        else f"{environments.names} has no get_reward()"
+                    )
                     raise ConfigError(
                         f"--rollout.{key} {ENVIRONMENT_REWARD!r} is the environment's get_reward(), but {has}"
                     )
@@ -149,7 +163,10 @@ class RolloutSettings:
                 resolve_reward(name)
             except (ValueError, ImportError, AttributeError) as err:
                 raise ConfigError(f"{where}.{key}: {err}") from err
-        if self.reward_weights is not None and len(self.reward_weights) != len(names):
+        if self.reward_weights is not None and len(self.reward_weights) not in (
+            len(names),
+            len(self.reward_funcs or []),
+        ):
             raise ConfigError(
                 f"{where}.reward_weights has {len(self.reward_weights)} values for {len(names)} reward_funcs"
             )
@@ -162,12 +179,16 @@ class RolloutSettings:
                 "prompts in rounds that depend on the rewards, which the generator cannot sample ahead; drop one"
             )
 
-    def _load_environment(self) -> EnvironmentFactory | None:
-        """The environment class, imported and checked now (one line naming the flag), and the episode limits."""
-        if self.environment is None:
+    def _load_environment(self) -> EnvironmentSet | None:
+        """The environments and tools, imported and checked now (one line naming the flag), and the episode limits."""
+        if self.environment is None and not self.tools:
             if self.environment_args:
                 raise ConfigError("--rollout.environment_args is given without --rollout.environment")
             return None
+        if self.environment_isolation not in get_args(EnvironmentIsolation):
+            raise ConfigError(
+                f"--rollout.environment_isolation must be 'process' or 'thread', got {self.environment_isolation!r}"
+            )
         if self.environment_timeout is not None and not (0 < self.environment_timeout < float("inf")):
             raise ConfigError(
                 f"--rollout.environment_timeout must be a finite number > 0 or null, got {self.environment_timeout}"
@@ -178,7 +199,7 @@ class RolloutSettings:
                 f"--rollout.max_episode_tokens={self.max_episode_tokens} is less than one turn's tokens "
                 f"({self.turn_tokens}: --rollout.max_turn_tokens, else --rollout.sampling.max_tokens)"
             )
-        return load_environment(self.environment, self.environment_args)
+        return load_environments(self.environment, self.environment_args, self.tools or ())
 
     @property
     def turn_tokens(self) -> int:
@@ -263,12 +284,21 @@ class RolloutSettings:
 
     @property
     def reward_names(self) -> list[str]:
-        """The reward functions' names; by default the environment's reward when it has one, else the default task's
-        reward (the maze's, ``["maze"]``)."""
+        """The reward functions' names: ``reward_funcs`` (by default the default task's reward, the maze's ``["maze"]``),
+        and the environment's ``get_reward`` (``environment``) when it has one and is not listed: TRL sums it with the
+        reward functions at weight 1."""
+        owned = self.environments is not None and self.environments.has_reward
         if self.reward_funcs:
-            return list(self.reward_funcs)
-        factory = self.environment_factory
-        return [ENVIRONMENT_REWARD] if factory is not None and factory.has_reward else [default_reward()]
+            names = list(self.reward_funcs)
+            return names + [ENVIRONMENT_REWARD] if owned and ENVIRONMENT_REWARD not in names else names
+        return [ENVIRONMENT_REWARD] if owned else [default_reward()]
+
+    @property
+    def weights(self) -> list[float] | None:
+        """One weight per :attr:`reward_names` (``reward_weights``, and 1.0 for an environment reward added to them)."""
+        if self.reward_weights is None:
+            return None
+        return list(self.reward_weights) + [1.0] * (len(self.reward_names) - len(self.reward_weights))
 
     def train_sampling(self) -> SamplingConfig:
         """Sampling of training rollouts, with the base seed (each prompt's seed adds its position and the step)."""

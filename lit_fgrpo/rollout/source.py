@@ -99,14 +99,14 @@ class RolloutSource:
             consumer, s = self.consumer, self.settings
             # episodes first: a chat template that cannot hold the environment's turns stops before the engine starts
             episodes = None
-            if s.environment_factory is not None:
+            if s.environments is not None:
                 episodes = EpisodeRollouts.build(s, consumer.tokenizer, consumer.policy)
             engine = self.engine_sync.build(consumer.policy, consumer.tokenizer)
             collector = RolloutCollector(
                 engine,
                 consumer.tokenizer,
                 self._reward_funcs,
-                s.reward_weights,
+                s.weights,
                 self._correctness,
                 s.correct_threshold,
                 pad_id_of(consumer.tokenizer),
@@ -188,7 +188,7 @@ class RolloutSource:
         result = metric.compute()
         assert isinstance(result, dict)
         values = {name: float(value) for name, value in result.items()} | metric.half_width()
-        if self.settings.environment_factory is not None:
+        if self.settings.environments is not None:
             values[FIRST_TURN] = float(first_turn.compute())
         return values
 
@@ -218,6 +218,8 @@ class RolloutSource:
     def close(self) -> None:
         """Stop generating, then shut the engine down (a later use builds a new one)."""
         self.schedule.close()
+        if self._parts is not None:
+            self._parts.collector.close()
         self.engine_sync.close()
         self._parts = None
 

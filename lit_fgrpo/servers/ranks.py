@@ -88,6 +88,8 @@ class RankedEngine(RolloutEngine):
     Build it with :meth:`build` on every rank at the same time.
     """
 
+    collective_rounds = True
+
     def __init__(self, inner: RolloutEngine | None, group: Any, rank: int, world: int) -> None:
         self.inner, self.group, self.rank, self.world = inner, group, rank, world
         self._push_metrics: dict[str, float] = {}
