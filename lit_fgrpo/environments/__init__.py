@@ -15,6 +15,13 @@ from lit_fgrpo.environments.base import (
     load_tools,
     tool_names,
 )
+from lit_fgrpo.environments.call_formats import (
+    CallFormat,
+    ToolCallFormat,
+    call_format,
+    parse_tool_calls,
+    tool_instructions,
+)
 from lit_fgrpo.environments.driver import EpisodeDriver, EpisodeStart, Generate
 from lit_fgrpo.environments.episode import (
     Episode,
@@ -28,12 +35,13 @@ from lit_fgrpo.environments.episode import (
 from lit_fgrpo.environments.episode_stats import episode_stats
 from lit_fgrpo.environments.faults import EnvironmentFault
 from lit_fgrpo.environments.rows import pad_training_rows
-from lit_fgrpo.environments.tools import ToolCall, ToolCallError, ToolError, parse_tool_calls, tool_instructions
+from lit_fgrpo.environments.tools import ToolCall, ToolCallError, ToolError
 from lit_fgrpo.environments.turns import ChatTurns
 from lit_fgrpo.environments.workers import Isolation, RemoteEnvironment, WorkerPool
 
 __all__ = [
     "BUILTIN_ENVIRONMENTS",
+    "CallFormat",
     "ROUTE_COLUMN",
     "ChatTurns",
     "Environment",
@@ -52,8 +60,10 @@ __all__ = [
     "TextEnvironment",
     "ToolCall",
     "ToolCallError",
+    "ToolCallFormat",
     "ToolError",
     "TrainingRow",
+    "call_format",
     "episode_stats",
     "load_environment",
     "load_environments",

@@ -141,6 +141,10 @@ def error_message(error: ToolCallError, schemas: Sequence[Mapping[str, Any]]) ->
     return f"error: {error.name}: {error.detail}"
 
 
+MAX_RENDER_DEPTH = 64
+"""Containers nested deeper than this are not written out: JSON and ``str()`` both recurse, and may hit the limit."""
+
+
 def render_value(value: Any) -> str:
     """A tool's return value as the tool message's text: a string as it is, else JSON (``str()`` if not JSON-able).
 
@@ -154,13 +158,9 @@ def render_value(value: Any) -> str:
     for write in (json.dumps, str):
         try:
             return str(write(value))
-        except Exception:  # not JSON-able (or too big for Python's int-to-text limit): the next way, then the placeholder
+        except Exception:  # not JSON-able, or past the int-to-text limit: try the next way
             continue
     return f"<{type(value).__name__} that cannot be shown as text>"
-
-
-MAX_RENDER_DEPTH = 64
-"""Containers nested deeper than this are not written out: JSON and ``str()`` both recurse, and may hit the limit."""
 
 
 def _nested_deeper_than(value: Any, limit: int) -> bool:
@@ -182,5 +182,5 @@ def _nested_deeper_than(value: Any, limit: int) -> bool:
 
 def _shown(value: Any, limit: int = 80) -> str:
     """A value the model sent, as short JSON for an error message (never raises: deep or huge values are cut)."""
-    text = render_value(value)
+    text = json.dumps(value) if isinstance(value, str) else render_value(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lit_fgrpo.environments.base import ENVIRONMENT_FLAG
-from lit_fgrpo.environments.tools import tool_instructions
+from lit_fgrpo.environments.call_formats import ToolCallFormat
+from lit_fgrpo.environments.call_formats import call_format as format_named
 from lit_fgrpo.errors import ConfigError
 
 _SENTINEL = "\u2063env-turn-probe\u2063"
@@ -54,10 +55,13 @@ class ChatTurns:
         end_of_turn: str | None = None,
         roles: Sequence[str] = ("user", "tool"),
         tools: Sequence[Mapping[str, Any]] = (),
+        call_format: ToolCallFormat = "hermes",
     ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ConfigError(f"{ENVIRONMENT_FLAG}: multi-turn episodes need a tokenizer with a chat template")
         self.tokenizer = tokenizer
+        self.call_format = format_named(call_format)
+        """How the model writes a tool call: ``call_format.parse(reply, schemas)`` reads a reply's calls."""
         self.end_of_turn = str(end_of_turn if end_of_turn is not None else tokenizer.eos_token)
         self._probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _SENTINEL}]
         rendered = self._render(self._probe, generation_prompt=False)
@@ -132,7 +136,7 @@ class ChatTurns:
         out = [dict(m) for m in messages]
         if not self.tools or self.template_renders_tools:
             return out
-        instructions = tool_instructions(self.tools)
+        instructions = self.call_format.instructions(self.tools)
         if out and out[0].get("role") == "system":
             out[0]["content"] = f"{out[0]['content']}\n\n{instructions}"
         else:
