@@ -13,8 +13,9 @@ for all of its environment calls; the driver loop is
    episode samples depends on its own seed and turn only, never on which episodes share a call, so the result is the
    same as in lockstep and on any rank layout.
 
-Before sampling, the driver gives the calls in flight :data:`GATHER_S` to come in, so that quick environments join
-the same ``generate`` call (a batch of one row at a time would waste the engine). With an engine the ranks share
+Before sampling, the driver lets the answers that are coming in arrive (until none came for :data:`GATHER_S`, at most
+:data:`GATHER_MAX_S`), so that quick environments join the same ``generate`` call (a batch of one row at a time would
+waste the engine), while a slow one holds up nobody but its own episode. With an engine the ranks share
 (collective rounds) it runs in ``lockstep`` instead: each round waits for every environment, so every rank makes
 the same ``max_turns`` rounds.
 
@@ -47,8 +48,10 @@ one sampled continuation per row; ``finished`` is True when the row ended at a s
 Over a :class:`~lit_fgrpo.engines.base.RolloutEngine` it is ``engine.generate(prompts, replace(sampling, n=1,
 max_tokens=M), seeds)`` with ``M`` the same on every call and rank; the driver cuts each row at its own cap."""
 
-GATHER_S = 0.05
-"""Seconds a ready episode waits for the environment calls in flight before its turn is sampled without them."""
+GATHER_S = 0.1
+"""Seconds without a new answer after which the ready episodes are sampled without the calls still in flight."""
+GATHER_MAX_S = 0.5
+"""The longest a ready episode waits for others' answers, however steadily they come in."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,10 @@ class EpisodeDriver:
         for i, (start, episode) in enumerate(zip(starts, episodes)):
             if episode.ended:
                 continue
+            if not self.environments.specs:  # standalone tools only: nothing to make or reset
+                self._started(episode, start, None)
+                ready.append(i)
+                continue
             calls = [Call("reset", start.environment, "reset", kwargs=dict(start.row))]
             if start.environment not in workers[i].made:
                 calls.insert(0, Call("make", start.environment))
@@ -167,11 +174,14 @@ class EpisodeDriver:
             waited = time.perf_counter()
             busy = [workers[i] for i in pending]
             if ready and not lockstep:
-                gather_until = time.monotonic() + GATHER_S
-                while busy and (left := gather_until - time.monotonic()) > 0:
+                now = time.monotonic()
+                gather_until, give_up = now + GATHER_S, now + GATHER_MAX_S
+                while busy and (left := min(gather_until, give_up) - time.monotonic()) > 0:
                     got = self.pool.wait(busy, left)
                     for worker, outcomes in got:
                         self._answer(episodes, starts, workers, pending, ready, index[id(worker)], outcomes)
+                    if got:  # answers are still coming: give the next one as long again
+                        gather_until = time.monotonic() + GATHER_S
                     busy = [workers[i] for i in pending]
             elif busy:
                 for worker, outcomes in self.pool.wait(busy, None if lockstep or not ready else 0.0):
@@ -312,7 +322,7 @@ class EpisodeDriver:
         """Append the environment's answer to a model turn, or mark the episode to finish."""
         messages, done = reaction.messages(outcomes, episode)
         if done:
-            episode.messages += messages
+            episode.messages += [{"role": m["role"], "content": m["content"]} for m in messages]
             episode.finish_reason = (reaction.done_reason, reaction.cut)
             return
         if reaction.cut:
@@ -330,7 +340,7 @@ class EpisodeDriver:
         messages, ids = fitted
         if needs_end:
             ids = [turns.end_of_turn_id, *ids]
-        episode.messages += messages
+        episode.messages += [{"role": m["role"], "content": m["content"]} for m in messages]
         episode.add_environment_turn(ids, reaction.role)
 
     def _finish(self, episode: Episode, worker: Worker, pending: dict[int, _Pending], i: int) -> None:

@@ -34,9 +34,9 @@ from typing import Any, Literal
 from lit_fgrpo.environments.faults import EnvironmentFault, checked_observation, checked_step
 from lit_fgrpo.environments.tools import ToolError, render_value
 
-CallKind = Literal["make", "reset", "step", "get_reward", "tool", "attribute"]
-"""What a call is: the constructor, a life-cycle method, a tool, or reading an attribute (a reward function's
-``environments=`` view of an instance that lives in a worker process)."""
+CallKind = Literal["make", "reset", "step", "get_reward", "tool", "attribute", "method"]
+"""What a call is: the constructor, a life-cycle method, a tool, or reading an attribute or calling a method for a
+reward function's ``environments=`` view of an instance that lives in a worker process."""
 
 Outcome = tuple[Any, ...]
 """``("ok", value)``, ``("tool_error", text, kind)`` or ``("fault", reason)``."""
@@ -169,6 +169,9 @@ class Host:
             if callable(value):
                 return ("ok", ("callable", None))
             return ("ok", ("value", self._sendable(value, f"attribute {call.name!r}")))
+        if call.kind == "method":
+            value = self._await(getattr(instance, call.name)(*call.args, **call.kwargs))
+            return ("ok", self._sendable(value, f"{call.name}()'s value"))
         method = getattr(instance, call.kind)
         value = self._await(method(*call.args, **call.kwargs))
         if call.kind == "reset":

@@ -174,7 +174,7 @@ class RemoteEnvironment:
             return value
 
         def method(*args: Any, **kwargs: Any) -> Any:
-            return self._ask(Call("tool", environment, name, kwargs, args))
+            return self._ask(Call("method", environment, name, kwargs, args))
 
         return method
 

@@ -123,6 +123,8 @@ class EpisodeRollouts:
     """``max_tokens`` of every turn's ``generate`` call (the same on every rank; the driver cuts a row at its own cap)."""
     mask_truncated: bool
     """No loss on a truncated episode (``--rollout.mask_truncated_completions``)."""
+    lockstep: bool = False
+    """Every turn waits for every environment (``--rollout.episode_schedule lockstep``)."""
 
     @classmethod
     def build(cls, settings: RolloutSettings, tokenizer: Any, policy: Any) -> EpisodeRollouts:
@@ -138,7 +140,8 @@ class EpisodeRollouts:
         driver = EpisodeDriver(
             environments, turns, limits, settings.environment_timeout, settings.environment_isolation
         )
-        return cls(driver, settings.turn_tokens, settings.mask_truncated_completions)
+        lockstep = settings.episode_schedule == "lockstep"
+        return cls(driver, settings.turn_tokens, settings.mask_truncated_completions, lockstep)
 
     def close(self) -> None:
         """End the environment workers (no process or thread outlives the run)."""
@@ -185,7 +188,8 @@ class EpisodeRollouts:
             logprobs: Sequence[list[float] | None] = out.sampling_logprobs or [None] * len(out.completion_ids)
             return list(zip(out.completion_ids, logprobs, out.finished))
 
-        lockstep = engine.collective_rounds  # an engine the ranks share: every rank makes the same rounds
+        # an engine the ranks share: every rank makes the same rounds
+        lockstep = self.lockstep or engine.collective_rounds
         return self.driver.run(starts, generate, join=lambda: engine.join_round(turn), lockstep=lockstep)
 
     def collect(

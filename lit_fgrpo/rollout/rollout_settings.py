@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.environments.base import EnvironmentSet, load_environments
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from lit_fgrpo.rollout.consumer import RolloutConsumer
 
 log = logging.getLogger(__name__)
+
+EpisodeSchedule = Literal["async", "lockstep"]
+"""How multi-turn episodes share the engine (``--rollout.episode_schedule``)."""
 
 TRAIN_STREAM, VAL_STREAM, TEST_STREAM = 0, 1, 2
 """The ``stream`` argument of :func:`lit_fgrpo.distributed.prompt_seed` per split (their positions overlap)."""
@@ -110,6 +113,12 @@ class RolloutSettings:
     environment_timeout: float | None = 60.0
     """Seconds one constructor, ``reset``, ``step``, tool or ``get_reward`` call may take; past it the call is cut
     and the episode is unscorable (counted, left out of mu_hat and the loss). null = no limit."""
+    episode_schedule: EpisodeSchedule = "async"
+    """``async``: each episode's next turn is sampled as soon as its environment has answered (a slow tool holds up
+    its own episode only); ``lockstep``: every turn waits for every environment. Each episode samples with its own
+    seeds either way, so the tokens are the same; the engine's log-probs can differ in the last float bits with the
+    rows that share a batch, so only ``lockstep`` resumes to bit-identical weights (an engine the ranks share always
+    runs in lockstep)."""
     environment_isolation: EnvironmentIsolation = "process"
     """Where environment calls run: one forked worker ``process`` per concurrent episode (a call past the timeout is
     cut, nothing left running), or a ``thread`` in the trainer (for environments that cannot be forked; a call past
@@ -185,6 +194,10 @@ class RolloutSettings:
             if self.environment_args:
                 raise ConfigError("--rollout.environment_args is given without --rollout.environment")
             return None
+        if self.episode_schedule not in get_args(EpisodeSchedule):
+            raise ConfigError(
+                f"--rollout.episode_schedule must be 'async' or 'lockstep', got {self.episode_schedule!r}"
+            )
         if self.environment_isolation not in get_args(EnvironmentIsolation):
             raise ConfigError(
                 f"--rollout.environment_isolation must be 'process' or 'thread', got {self.environment_isolation!r}"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from lit_fgrpo.environments import TextEnvironment
+
 NOT_A_CLASS = "a string"
 
 
-class Mixed:
-    """Tools, a step, private helpers, a property and a class attribute."""
+class Mixed(TextEnvironment):
+    """Tools, a step (a text environment's), private helpers, a property and a class attribute."""
 
     LIMIT = 3
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lit_fgrpo.environments import load_environment, tool_names
+from lit_fgrpo.environments import load_environment, load_environments, tool_names
 from lit_fgrpo.environments.calculator import Calculator
 from lit_fgrpo.environments.retry import RetryArithmetic
 from lit_fgrpo.errors import ConfigError
@@ -30,8 +30,8 @@ def test_public_functions_are_the_tools() -> None:
     )
     assert [s["function"]["name"] for s in factory.tool_schemas()] == ["look", "shout"]
     assert factory.tool_schemas()[0]["function"]["parameters"]["required"] == ["where"]  # no `self`
-    instance = factory()
-    assert type(instance).__name__ == "Mixed" and instance.scale == 2 and factory() is not instance
+    instance = factory.make()
+    assert type(instance).__name__ == "Mixed" and instance.scale == 2 and factory.make() is not instance
 
 
 def test_built_in_names_dotted_paths_and_classes_load() -> None:
@@ -57,18 +57,18 @@ def test_built_in_names_dotted_paths_and_classes_load() -> None:
         (
             "Calculator",
             None,
-            r"^--rollout\.environment 'Calculator': expected 'package\.module:Class' or one of \['calculator', 'retry'\]$",
+            r"^--rollout\.environment 'Calculator': expected 'package\.module:name' or one of \['calculator', 'retry'\]$",
         ),
         (
             f"{HERE}:NOT_A_CLASS",
             None,
-            r"^--rollout\.environment 'tests\.environments\.sample_envs:NOT_A_CLASS' is a str, not a class$",
+            r"^--rollout\.environment 'tests\.environments\.sample_envs:NOT_A_CLASS' is a str, not a class or a factory$",
         ),
         (f"{HERE}:NoReset", None, r"^--rollout\.environment NoReset has no reset\(\*\*row\) method$"),
         (
             f"{HERE}:Silent",
             None,
-            r"^--rollout\.environment Silent has no tools \(public methods\) and no step\(reply\) method",
+            r"^--rollout\.environment Silent has no tools \(public methods\), is not a TextEnvironment with step\(reply\)",
         ),
         (
             f"{HERE}:Mixed",
@@ -80,5 +80,5 @@ def test_built_in_names_dotted_paths_and_classes_load() -> None:
 )
 def test_a_class_that_cannot_serve_is_one_line_naming_the_setting(target: str, args: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as err:
-        load_environment(target, args)
+        load_environments(target, args)
     assert "\n" not in str(err.value)

@@ -17,13 +17,13 @@ from lit_fgrpo.environments import (
     EpisodeDriver,
     EpisodeLimits,
     EpisodeStart,
+    TextEnvironment,
     episode_stats,
     load_environment,
     training_row,
     turn_seed,
 )
 from lit_fgrpo.environments.episode import Episode
-from lit_fgrpo.errors import ConfigError
 from tests.environments.tiny_chat import ScriptedModel, chat_tokenizer, prompt_ids
 
 QUESTION = "What is 2 + 3? Reply with just the number."
@@ -85,10 +85,10 @@ def test_the_models_tokens_are_kept_even_where_a_round_trip_would_change_them() 
     assert episode.messages[0] == {"role": "assistant", "content": "Wrong"}  # the environment read the text
 
 
-def test_all_live_episodes_advance_together_one_generate_call_per_turn() -> None:
+def test_in_lockstep_all_live_episodes_advance_together_one_generate_call_per_turn() -> None:
     model = ScriptedModel(lambda question, turn: "5" if "2 + 3" in question or turn == 2 else "7")
     starts = [start(1), start(2, "What is 4 + 4?", "8"), start(3), start(4, "What is 1 + 1?", "2")]
-    episodes = driver().run(starts, model)
+    episodes = driver().run(starts, model, lockstep=True)
     assert [len(call[0]) for call in model.calls] == [4, 2, 2]  # every live episode in each call, none twice
     assert [e.turns for e in episodes] == [1, 3, 1, 3]
     assert [e.reward for e in episodes] == [1.0, 0.0, 1.0, 0.0]
@@ -96,7 +96,7 @@ def test_all_live_episodes_advance_together_one_generate_call_per_turn() -> None
     stats = episode_stats(episodes)
     assert stats["turns_per_episode"] == 2.0 and stats["episodes_truncated"] == 0.0
     joined: list[int] = []  # a shared engine's rank makes max_turns rounds: those it did not need, it joins
-    driver(max_turns=5).run(starts, model, join=lambda: joined.append(1))
+    driver(max_turns=5).run(starts, model, join=lambda: joined.append(1), lockstep=True)
     assert len(joined) == 5 - 3
 
 
@@ -236,7 +236,7 @@ def test_calculator_calls_and_every_kind_of_bad_call_are_answered_and_counted() 
     assert idle["tool_calls/add"] == 0.0  # a tool never called shows as 0, not as a missing key
 
 
-class Faulty:
+class Faulty(TextEnvironment):
     """Breaks where ``mode`` says; the other episodes of the batch must not notice."""
 
     def __init__(self, mode: str = "") -> None:
@@ -286,10 +286,9 @@ POKE = '<tool_call>{"name": "poke", "arguments": {"x": 1}}</tool_call>'
         ("reset", "5", "reset raised ValueError: bad row"),
         ("reset_type", "5", "reset returned an observation of type int, expected str or None"),
         ("step", "5", "step raised ZeroDivisionError: division by zero"),
-        ("step_slow", "5", "step timed out after 0.2 s"),
+        ("step_slow", "5", "step timed out"),
         ("step_shape", "5", "step returned 'done', expected (observation: str | None, done: bool)"),
-        ("tool", POKE, "tool 'poke' raised OSError: disk full"),
-        ("tool_slow", POKE, "tool 'poke' timed out after 0.2 s"),
+        ("tool_slow", POKE, "tool 'poke' timed out"),
         ("reward", "5", "get_reward raised KeyError: 'score'"),
         ("reward_nan", "5", "get_reward returned nan, expected a finite number"),
     ],
@@ -301,7 +300,7 @@ def test_an_environment_fault_makes_its_episode_unscorable_never_zero(mode: str,
     broken = faulty.run([start(1)], model)[0]
     other = fine.run([start(1)], model)[0]
     assert broken.unscorable == reason and broken.end_reason == reason and broken.ended
-    assert broken.reward is None and broken.environment is None
+    assert broken.reward is None and broken.fault_kind is not None
     row = training_row(broken)
     assert row.unscorable == reason and set(row.loss_mask) <= {0}
     assert episode_stats([broken, other])["environment_errors"] == 1.0
@@ -309,7 +308,7 @@ def test_an_environment_fault_makes_its_episode_unscorable_never_zero(mode: str,
 
 
 def test_a_fault_in_one_episode_leaves_the_others_of_its_batch_alone() -> None:
-    class Picky:
+    class Picky(TextEnvironment):
         def reset(self, answer: str, **row: Any) -> None:
             self.answer = answer
 
@@ -327,7 +326,7 @@ def test_a_fault_in_one_episode_leaves_the_others_of_its_batch_alone() -> None:
 
 
 def test_a_step_without_observation_lets_the_model_go_on_in_a_new_turn() -> None:
-    class Patient:
+    class Patient(TextEnvironment):
         def reset(self, **row: Any) -> None:
             self.replies = 0
 
@@ -342,6 +341,7 @@ def test_a_step_without_observation_lets_the_model_go_on_in_a_new_turn() -> None
     assert set(run.seconds) == {"generate", "environment", "driver"} and min(run.seconds.values()) >= 0
 
 
-def test_a_reset_observation_needs_the_prompts_messages() -> None:
-    with pytest.raises(ConfigError, match=r"^--rollout\.environment TRLStyle\.reset returned an observation, but the"):
-        driver(TRLStyle).run([start()], by_turn("5"))
+def test_a_reset_observation_on_a_left_truncated_prompt_is_a_counted_fault() -> None:
+    (episode,) = driver(TRLStyle).run([start()], by_turn("5"))  # no messages: the prompt was cut on the left
+    assert episode.fault_kind == "reset" and "cut on the left" in str(episode.unscorable)
+    assert episode_stats([episode])["environment_errors/reset"] == 1.0

@@ -56,7 +56,7 @@ def test_an_unscorable_episode_trains_nothing_and_a_truncated_one_only_without_m
     broken.end("fault", unscorable="step raised ValueError: boom")
     row = training_row(broken)
     assert row.loss_mask == [0] * 7 and row.unscorable == "step raised ValueError: boom"
-    assert broken.environment is None and broken.end_reason == "done"  # ended earlier: the first reason stays
+    assert broken.end_reason == "done"  # ended earlier: the first reason stays
     cut = two_turn_episode()
     cut.end("max_turns", truncated=True)
     assert training_row(cut).loss_mask == [1, 1, 1, 0, 0, 1, 1]

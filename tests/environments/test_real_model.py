@@ -63,7 +63,7 @@ def starts() -> list[EpisodeStart]:
 def test_a_real_policy_runs_multi_turn_episodes_token_in_token_out() -> None:
     model, engine, sampling, driver = setup()
     calls: list[Any] = []
-    episodes = driver.run(starts(), engine_generate(engine, sampling, calls))
+    episodes = driver.run(starts(), engine_generate(engine, sampling, calls), lockstep=True)
     assert len(calls) == max(e.turns for e in episodes) <= 3
     assert [len(c[0]) for c in calls] == [sum(e.turns > k for e in episodes) for k in range(len(calls))]
     assert sum(e.turns for e in episodes) > len(episodes)  # some episodes went on after "Wrong, try again."
@@ -92,3 +92,20 @@ def test_a_real_policy_runs_multi_turn_episodes_token_in_token_out() -> None:
     environment_tokens = (mask == 0) & (attn[:, -mask.shape[1] :] == 1)  # (B, T) read, not trained
     assert sampling_logp is not None and mask.sum() > 0 and environment_tokens.any()
     torch.testing.assert_close(trainer_logp * mask, sampling_logp * mask, atol=1e-4, rtol=0)
+
+
+def test_episodes_that_do_not_wait_for_each_other_sample_what_lockstep_samples() -> None:
+    """The asynchronous driver (each episode's turn sampled as soon as its environment answers, in whatever company)
+    gives every episode the same tokens and log-probs as lockstep: each row samples with its own seed and turn."""
+    _, engine, sampling, driver = setup()
+    try:
+        lockstep = driver.run(starts(), engine_generate(engine, sampling, []), lockstep=True)
+        free = driver.run(starts(), engine_generate(engine, sampling, []))
+        assert [e.token_ids() for e in free] == [e.token_ids() for e in lockstep]
+        assert [e.reward for e in free] == [e.reward for e in lockstep]
+        for a, b in zip(free, lockstep):
+            for x, y in zip(a.segments, b.segments):
+                if x.trained:
+                    torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-5, rtol=0)
+    finally:
+        driver.close()

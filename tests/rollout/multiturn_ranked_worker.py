@@ -16,6 +16,7 @@ from typing import Any
 import torch.distributed as dist
 
 from lit_fgrpo.engines.base import Generation, RolloutEngine
+from lit_fgrpo.environments import TextEnvironment
 from lit_fgrpo.rewards.last_number import last_number_reward
 from lit_fgrpo.rollout import RolloutCollector
 from lit_fgrpo.rollout.episodes import EpisodeRollouts
@@ -25,7 +26,7 @@ from tests.environments.tiny_chat import ScriptedModel, chat_tokenizer
 from tests.rollout.multiturn_setup import records, rollout_settings
 
 
-class UntilStop:
+class UntilStop(TextEnvironment):
     """A text environment that ends when the reply says "stop", else asks again."""
 
     def reset(self, **row: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from lit_fgrpo.data import PromptDataModule, PromptRecord, render_records
 from lit_fgrpo.data.records import SourceExample
 from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.environments import TextEnvironment
 from lit_fgrpo.training.module import FGRPOModule
 from lit_fgrpo.training.module_settings import grouped_settings
 from tests.environments.tiny_chat import chat_tokenizer
@@ -84,7 +85,7 @@ MULTI_TURN = "tests.rollout.multiturn_setup:Parity"
 """The test environment below, by path."""
 
 
-class Parity:
+class Parity(TextEnvironment):
     """Two replies: the first is told "Again.", the second ends the episode; reward 1 when the two replies' total
     length is odd. The random policy's replies vary in length, so most groups are mixed."""
 

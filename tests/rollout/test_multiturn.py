@@ -146,10 +146,12 @@ def test_environment_tokens_reach_the_update_with_zero_weight() -> None:
 
 
 def test_unscorable_episodes_are_counted_and_left_out_of_mu_hat_and_the_loss() -> None:
-    FlakyParity.made = 0
-    batch = collect(source(environment="tests.rollout.multiturn_setup:FlakyParity"), records(3))
-    broken = torch.tensor([(i + 1) % 3 == 0 for i in range(12)]).view(3, 4)  # every third episode made
-    assert torch.isnan(batch.rewards[broken]).all() and not torch.isnan(batch.rewards[~broken]).any()
+    FlakyParity.made = 0  # counted in this process: thread workers (the order of the resets is theirs)
+    flaky = source(environment="tests.rollout.multiturn_setup:FlakyParity", environment_isolation="thread")
+    batch = collect(flaky, records(3))
+    broken = torch.isnan(batch.rewards)  # (3, 4)
+    assert int(broken.sum()) == 4  # every third episode made
+    assert batch.stats["environment_errors/step"] == 4
     assert not batch.correct[broken].any()
     assert batch.completion_mask.view(3, 4, -1)[broken].sum() == 0  # no loss on them
     assert batch.stats["environment_errors"] == broken.sum()
@@ -205,9 +207,13 @@ def test_one_multi_turn_step_on_every_schedule(tmp_path: Path, schedule: str) ->
 
 @pytest.mark.parametrize("schedule", ["sync", "async"])
 def test_resume_matches_the_uninterrupted_multi_turn_run(tmp_path: Path, schedule: str) -> None:
-    straight, _ = fit(tmp_path / "a", 3, **SCHEDULES[schedule])
-    fit(tmp_path / "b", 2, **SCHEDULES[schedule])
-    resumed, _ = fit(tmp_path / "b", 3, str(tmp_path / "b" / "ckpt" / "last.ckpt"), **SCHEDULES[schedule])
+    # lockstep: bit-identical weights need the same rows in each generate call (the engine's log-probs move in the
+    # last float bits with the batch, and Adam magnifies that); async episodes sample the same tokens
+    # (tests/environments/test_real_model.py)
+    settings = SCHEDULES[schedule] | {"episode_schedule": "lockstep"}
+    straight, _ = fit(tmp_path / "a", 3, **settings)
+    fit(tmp_path / "b", 2, **settings)
+    resumed, _ = fit(tmp_path / "b", 3, str(tmp_path / "b" / "ckpt" / "last.ckpt"), **settings)
     initial = chat_module().policy.state_dict()
     moved = False
     for (name, p), (_, q) in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().items()):
