@@ -209,3 +209,38 @@ def test_reward_functions_see_the_instances_in_a_worker_process() -> None:
         assert isinstance(view, RemoteEnvironment) and view.counter == 7 and view.get_reward() == 0.0
     finally:
         run.close()
+
+
+class HugeReward:
+    """``get_reward`` returns an int too large for a float."""
+
+    def reset(self, **kwargs: Any) -> None:
+        return None
+
+    def add(self, a: int, b: int) -> int:
+        """Add.
+
+        Args:
+            a: The first.
+            b: The second.
+        """
+        return a + b
+
+    def get_reward(self) -> int:
+        return 10**400
+
+
+def test_degenerate_model_output_and_environment_values_never_end_the_run() -> None:
+    """What a degenerate policy sends (JSON nested thousands deep, an int of 5,000 digits) is a malformed call the
+    model reads; a reward that does not fit a float is a counted fault of that episode."""
+    nested = "<tool_call>" + "[" * 5000 + "]" * 5000 + "</tool_call>"
+    digits = '<tool_call>{"name": "add", "arguments": {"a": ' + "9" * 5000 + ', "b": 1}}</tool_call>'
+    run = driver(HugeReward, tokens=30000)
+    try:
+        script = ScriptedModel(lambda q, t: (nested if "deep" in q else digits) if t == 0 else "ok")
+        deep, big = run.run([start(1, question="deep"), start(2, question="big")], script)
+        for episode in (deep, big):
+            assert tool_messages(episode)[0].startswith("error: malformed tool call")
+            assert episode.fault_kind == "get_reward" and "does not fit a float" in str(episode.unscorable)
+    finally:
+        run.close()
