@@ -1,7 +1,8 @@
 """``SampleTable``: a table of sample completions logged to MLflow every few training steps.
 
 A multi-turn episode's row also holds its whole ``conversation``, one message per line with its role in brackets
-(``[assistant] 21``, ``[user] Wrong, try again.``, ``[tool] 84``), and its number of model ``turns``.
+(``[assistant] 21``, ``[user] Wrong, try again.``, ``[tool] 84``), its number of model ``turns`` and its ``fault``
+(why it is unscorable, ``""`` when it is not).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def sample_rows(rollout: RolloutBatch, step: int, rows: int) -> dict[str, list[A
         conversations = rollout.conversations[:rows]
         table["conversation"] = [conversation_text(messages) for messages in conversations]
         table["turns"] = [sum(m.get("role") == "assistant" for m in messages) for messages in conversations]
+        if rollout.faults:
+            table["fault"] = rollout.faults[:rows]  # "" for a healthy episode, else why it is unscorable
     return table
 
 

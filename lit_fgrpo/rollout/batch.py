@@ -55,6 +55,9 @@ class RolloutBatch:
     ``reset`` observation); empty when row ``r``'s prompt is ``prompt_ids[r // G]``."""
     conversations: list[list[dict[str, str]]] = field(default_factory=list)
     """(B,) multi-turn episodes as ``{role, content}`` messages (the sample table shows them); empty otherwise."""
+    faults: list[str] = field(default_factory=list)
+    """(B,) why each multi-turn episode is unscorable (its environment fault; ``""`` for a healthy one); empty for
+    single-turn rows. The sample table shows it."""
     num_prompts: int = field(init=False)
     """P, from ``rewards`` (set at construction: the update and the callbacks read it at every step)."""
     group_size: int = field(init=False)

@@ -25,6 +25,7 @@ engine, whichever row is longest.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -127,13 +128,33 @@ class EpisodeRollouts:
     """Every turn waits for every environment (``--rollout.episode_schedule lockstep``)."""
 
     @classmethod
-    def build(cls, settings: RolloutSettings, tokenizer: Any, policy: Any) -> EpisodeRollouts:
+    def build(
+        cls, settings: RolloutSettings, tokenizer: Any, policy: Any, reward_funcs: Sequence[Any] = ()
+    ) -> EpisodeRollouts:
         """From the settings (the environment already checked), the policy's tokenizer (its chat template is checked
-        here: before the first step) and the policy (its context)."""
+        here: before the first step), the policy (its context) and the reward functions (for the one notice that
+        tells where ours differs from TRL for them)."""
+        if settings.environment_isolation == "process" and any(takes_environments(fn) for fn in reward_funcs):
+            notice(
+                log,
+                "reward functions get environments= as views of the instances, which live in worker processes "
+                "(--rollout.environment_isolation process): reading an attribute copies it, calling a method runs "
+                "it there; set environment_isolation: thread to hand them the instances themselves, as TRL does",
+            )
         environments = settings.environments
         assert environments is not None, "EpisodeRollouts needs --rollout.environment or --rollout.tools"
         names = list(environments.specs) or [""]
-        turns = {name: ChatTurns(tokenizer, tools=environments.tool_schemas(name)) for name in names}
+        turns = {
+            name: ChatTurns(
+                tokenizer,
+                settings.end_of_turn,
+                tools=environments.tool_schemas(name),
+                call_format=settings.tool_call_format,
+                chat_template=settings.chat_template,
+                chat_template_kwargs=settings.chat_template_kwargs,
+            )
+            for name in names
+        }
         engine_context = (settings.engine_kwargs or {}).get("max_model_len")
         context = episode_context(policy_context(policy), engine_context, settings.turn_tokens)
         limits = settings.episode_limits(context)
@@ -248,10 +269,19 @@ class EpisodeRollouts:
             stats=stats,
             row_prompt_ids=[row.prompt_ids for row in rows],
             conversations=[row.messages for row in rows],
+            faults=[row.unscorable or "" for row in rows],
         )
 
 
 _warned = False
+
+
+def takes_environments(fn: Any) -> bool:
+    """Whether a reward function names an ``environments`` parameter (TRL's reward functions for environments do)."""
+    try:
+        return "environments" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or a C callable without a signature
+        return False
 
 
 def warn_unscorable_groups(unscorable: torch.Tensor, episodes: Sequence[Episode], group_size: int) -> None:

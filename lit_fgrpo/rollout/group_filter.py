@@ -169,6 +169,7 @@ def select_groups(batch: RolloutBatch, groups: Tensor | Sequence[int]) -> Rollou
         stats=dict(batch.stats),
         row_prompt_ids=[batch.row_prompt_ids[r] for r in row_list] if batch.row_prompt_ids else [],
         conversations=[batch.conversations[r] for r in row_list] if batch.conversations else [],
+        faults=[batch.faults[r] for r in row_list] if batch.faults else [],
     )
 
 
@@ -216,6 +217,7 @@ def concat_rollouts(batches: Sequence[RolloutBatch], pad_token_id: int = 0) -> R
         stats=merge_round_stats(batches),
         row_prompt_ids=[p for b in batches for p in b.row_prompt_ids],
         conversations=[c for b in batches for c in b.conversations],
+        faults=[f for b in batches for f in b.faults],
     )
 
 

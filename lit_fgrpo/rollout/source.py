@@ -100,7 +100,7 @@ class RolloutSource:
             # episodes first: a chat template that cannot hold the environment's turns stops before the engine starts
             episodes = None
             if s.environments is not None:
-                episodes = EpisodeRollouts.build(s, consumer.tokenizer, consumer.policy)
+                episodes = EpisodeRollouts.build(s, consumer.tokenizer, consumer.policy, self._reward_funcs)
             engine = self.engine_sync.build(consumer.policy, consumer.tokenizer)
             collector = RolloutCollector(
                 engine,

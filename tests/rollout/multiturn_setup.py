@@ -129,3 +129,8 @@ def rollout_settings(**kwargs: Any) -> dict[str, Any]:
         correct_threshold=0.5,
     )
     return settings | kwargs
+
+
+def replies_seen(prompts: list[str], completions: list[str], environments: list[Any], **columns: Any) -> list[float]:
+    """A reward function written for TRL's environments: it reads each episode's instance (``environments=``)."""
+    return [10.0 * len(env.replies) for env in environments]

@@ -97,6 +97,7 @@ def test_each_episode_is_one_row_with_the_model_tokens_trained_and_the_sampling_
     table = sample_rows(batch, step=3, rows=2)
     assert table["conversation"][0].startswith("[user] What is 0 + 1?\n[assistant] ")
     assert table["turns"] == [sum(m["role"] == "assistant" for m in c) for c in batch.conversations[:2]]
+    assert table["fault"] == ["", ""]  # healthy episodes
 
 
 def test_an_episode_depends_on_its_prompt_seed_and_step_only_not_on_the_rank_layout() -> None:
@@ -152,6 +153,9 @@ def test_unscorable_episodes_are_counted_and_left_out_of_mu_hat_and_the_loss() -
     broken = torch.isnan(batch.rewards)  # (3, 4)
     assert int(broken.sum()) == 4  # every third episode made
     assert batch.stats["environment_errors/step"] == 4
+    table = sample_rows(batch, step=0, rows=12)
+    assert [bool(f) for f in table["fault"]] == broken.view(-1).tolist()  # the reason where a fault made it unscorable
+    assert {f for f in table["fault"] if f} == {"step raised RuntimeError: the checker crashed"}
     assert not batch.correct[broken].any()
     assert batch.completion_mask.view(3, 4, -1)[broken].sum() == 0  # no loss on them
     assert batch.stats["environment_errors"] == broken.sum()
@@ -272,3 +276,18 @@ def test_tool_calls_run_through_the_collector_with_the_tools_in_the_prompt(envir
     env = environment_positions(batch)[0]
     env_ids = [t for t, e in zip(batch.completion_ids[0], env.tolist()) if e]
     assert tokenizer.decode(env_ids) == "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("isolation", ["process", "thread"])
+def test_reward_functions_receive_environments_and_get_reward_is_summed_with_them(isolation: str) -> None:
+    """TRL's rules: reward functions get ``environments=``; the environment's ``get_reward`` is another reward source
+    at weight 1, summed with ``reward_funcs`` without being listed."""
+    rollout = source(reward_funcs=["tests.rollout.multiturn_setup:replies_seen"], environment_isolation=isolation)
+    assert rollout.settings.reward_names == ["tests.rollout.multiturn_setup:replies_seen", "environment"]
+    batch = collect(rollout, records(2))
+    replies = torch.tensor([sum(m["role"] == "assistant" for m in c) for c in batch.conversations], dtype=torch.float)
+    parity = torch.tensor(
+        [sum(len(m["content"]) for m in c if m["role"] == "assistant") % 2 for c in batch.conversations]
+    )
+    torch.testing.assert_close(batch.rewards.view(-1), 10 * replies + parity.float())
+    rollout.close()
