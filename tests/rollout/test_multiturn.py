@@ -9,6 +9,7 @@ uninterrupted run (resume).
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,7 @@ def test_one_multi_turn_step_on_every_schedule(tmp_path: Path, schedule: str) ->
     assert 1.0 <= float(metrics["rollout/turns_per_episode"]) <= 2.0
     assert float(metrics["rollout/environment_errors"]) == 0.0
     assert "rollout/episodes_truncated" in metrics and "train/loss" in metrics
+    assert not multiprocessing.active_children()  # the environment workers ended with the run
     if schedule == "async":
         assert float(metrics["rollout/staleness"]) == 1.0
 
