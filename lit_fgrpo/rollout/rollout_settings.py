@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from lit_fgrpo.engines.base import SamplingConfig
 from lit_fgrpo.environments.base import EnvironmentSet, load_environments
+from lit_fgrpo.environments.call_formats import ToolCallFormat, call_format
+from lit_fgrpo.environments.chat_template import load_chat_template, template_kwargs
 from lit_fgrpo.environments.episode import EpisodeLimits
 from lit_fgrpo.environments.workers import Isolation as EnvironmentIsolation
 from lit_fgrpo.errors import ConfigError
@@ -113,6 +115,18 @@ class RolloutSettings:
     environment_timeout: float | None = 60.0
     """Seconds one constructor, ``reset``, ``step``, tool or ``get_reward`` call may take; past it the call is cut
     and the episode is unscorable (counted, left out of mu_hat and the loss). null = no limit."""
+    end_of_turn: str | None = None
+    """The token text that ends a model turn (its stop token). null: the EOS token when the chat template ends an
+    assistant turn with it, else the special token right after the turn's text (Gemma's ``<end_of_turn>``)."""
+    chat_template: str | None = None
+    """A chat template replacing the tokenizer's for the episodes: a jinja file or the template text (e.g. TRL's
+    prefix-preserving ``trl/chat_templates/qwen3_training.jinja`` for Qwen3, whose own template drops earlier
+    thinking). null: the tokenizer's."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Keyword arguments for every chat-template rendering of the episodes (e.g. ``{enable_thinking: false}``)."""
+    tool_call_format: ToolCallFormat = "hermes"
+    """How the model writes a tool call: ``hermes`` (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``) or
+    ``llama3_json`` (the reply is ``{"name": ..., "parameters": ...}``, Llama 3.1's)."""
     episode_schedule: EpisodeSchedule = "async"
     """``async``: each episode's next turn is sampled as soon as its environment has answered (a slow tool holds up
     its own episode only); ``lockstep``: every turn waits for every environment. Each episode samples with its own
@@ -206,6 +220,9 @@ class RolloutSettings:
             raise ConfigError(
                 f"--rollout.environment_timeout must be a finite number > 0 or null, got {self.environment_timeout}"
             )
+        call_format(self.tool_call_format)  # the chat settings, each wrong value one line naming its flag
+        load_chat_template(self.chat_template)
+        template_kwargs(self.chat_template_kwargs)
         self.episode_limits()  # each limit >= 1
         if self.max_episode_tokens is not None and self.max_episode_tokens < self.turn_tokens:
             raise ConfigError(

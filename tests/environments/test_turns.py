@@ -7,13 +7,15 @@ in one piece, which must equal prompt + reply + end-of-turn + the derived enviro
 from __future__ import annotations
 
 import copy
+import datetime as real_datetime
 from pathlib import Path
 
 import pytest
 
+from lit_fgrpo.environments.faults import EnvironmentFault
 from lit_fgrpo.environments.turns import ChatTurns
 from lit_fgrpo.errors import ConfigError
-from tests.environments.tiny_chat import chat_tokenizer
+from tests.environments.tiny_chat import CHATML, chat_tokenizer, templated_tokenizer
 
 SMOLLM2 = Path(__file__).resolve().parents[2] / "models" / "SmolLM2-135M-Instruct"
 
@@ -99,7 +101,7 @@ def test_templates_that_cannot_serve_are_one_line_naming_the_setting() -> None:
         "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
     )
     assert ChatTurns(no_tools, roles=("user",)).suffix_text([])  # fine for a text environment
-    with pytest.raises(ConfigError, match=r"cannot render a tool message after an assistant turn: no tool role$"):
+    with pytest.raises(ConfigError, match=r"cannot render a tool message after an assistant turn: no tool role; set "):
         ChatTurns(no_tools)
 
 
@@ -118,3 +120,71 @@ def test_smollm2s_own_template() -> None:
     assert tokenizer.convert_ids_to_tokens(turns.suffix_ids(tool)) == [
         "Ċ", "<|im_start|>", "tool", "Ċ", "5", "<|im_end|>", "Ċ", "<|im_start|>", "ass", "istant", "Ċ"
     ]  # fmt: skip
+
+
+class Calendar:
+    """Stands in for ``datetime.datetime`` where transformers' ``strftime_now`` reads the time: a day set by hand."""
+
+    today = real_datetime.datetime(2026, 12, 5, 23, 59, 59)
+
+    @classmethod
+    def now(cls) -> real_datetime.datetime:
+        return cls.today
+
+
+DATED = "{{ '<|im_start|>system\nToday is ' + strftime_now('%d %b %Y') + '<|im_end|>\n' }}" + CHATML
+
+
+def test_a_template_that_writes_the_date_still_matches_itself_after_midnight(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers.utils.chat_template_utils as jinja_utils
+
+    monkeypatch.setattr(jinja_utils, "datetime", Calendar)
+    tokenizer = templated_tokenizer(DATED)
+    turns = ChatTurns(tokenizer)  # built on 5 Dec
+    probe = [{"role": "user", "content": "?"}]
+    before = tokenizer.apply_chat_template(probe, tokenize=False)
+    monkeypatch.setattr(Calendar, "today", real_datetime.datetime(2026, 12, 6, 0, 0, 1))
+    assert tokenizer.apply_chat_template(probe, tokenize=False) != before  # the reference: the rendering changed
+    message = [{"role": "user", "content": "Wrong, try again."}]
+    assert turns.suffix_text(message) == "\n<|im_start|>user\nWrong, try again.<|im_end|>\n<|im_start|>assistant\n"
+
+
+PICKY = (  # refuses one tool result at run time, as a template may refuse content it cannot show
+    "{% for m in messages %}{% if 'FORBIDDEN' in m['content'] %}{{ raise_exception('cannot show that') }}{% endif %}"
+    "{% endfor %}" + CHATML
+)
+
+
+def test_a_template_that_fails_at_run_time_faults_that_episode_not_the_run() -> None:
+    turns = ChatTurns(templated_tokenizer(PICKY))  # the probes render: the template is fine for episodes
+    assert turns.suffix_text([{"role": "tool", "content": "5"}]) == (
+        "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+    )
+    with pytest.raises(EnvironmentFault, match=r"^the chat template cannot render a tool message after an assistant "):
+        turns.suffix_ids([{"role": "tool", "content": "FORBIDDEN"}])
+    with pytest.raises(EnvironmentFault, match=r"^the chat template cannot render the prompt: cannot show that$"):
+        turns.prompt_ids([{"role": "user", "content": "FORBIDDEN"}])
+
+
+def test_a_template_that_changes_an_earlier_turn_at_run_time_faults_that_episode() -> None:
+    moody = "{% if messages | length > 3 %}{{ 'LONG ' }}{% endif %}" + CHATML  # checked with 3 messages, fine
+    turns = ChatTurns(templated_tokenizer(moody))
+    with pytest.raises(EnvironmentFault, match=r"renders an assistant turn differently once a message follows it"):
+        turns.suffix_text([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+
+
+NO_SYSTEM = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% endfor %}" + CHATML
+)
+
+
+def test_tool_instructions_go_to_the_first_user_message_when_the_template_refuses_a_system_message() -> None:
+    schemas = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+    turns = ChatTurns(templated_tokenizer(NO_SYSTEM), tools=schemas, call_format="llama3_json")
+    instructions = turns.call_format.instructions(schemas)
+    assert '"parameters": <args-json-object>' in instructions  # the run's format, not Hermes
+    assert turns.prompt_messages([{"role": "user", "content": "What is 2 + 3?"}]) == [
+        {"role": "user", "content": f"{instructions}\n\nWhat is 2 + 3?"}
+    ]
+    assert turns.call_format.parse('{"name": "add", "parameters": {}}', schemas)[0].name == "add"

@@ -119,3 +119,14 @@ class ScriptedModel:
             logprobs = [-((seed % 97) + 1 + k) / 100 for k in range(len(ids))]
             rows.append((ids, logprobs, ids[-1] == tokenizer.eos_token_id))
         return rows
+
+
+def templated_tokenizer(template: str, special_tokens: Sequence[str] = ()) -> Any:
+    """A copy of :func:`chat_tokenizer` with another chat template and extra special tokens (a template's turn
+    markers, so that each is one token as in the model's own tokenizer); ``<s>`` is its BOS (templates write it)."""
+    import copy
+
+    tokenizer = copy.deepcopy(chat_tokenizer())
+    tokenizer.add_special_tokens({"additional_special_tokens": sorted({*special_tokens, "<s>"}), "bos_token": "<s>"})
+    tokenizer.chat_template = template
+    return tokenizer
