@@ -250,6 +250,8 @@ class EpisodeDriver:
 
     def _started(self, episode: Episode, start: EpisodeStart, observation: str | None) -> None:
         turns = self.turns[episode.environment_name]
+        if start.messages and observation is None and turns.renders_prompts:  # its tools listed, its own template
+            episode.prompt_ids = turns.prompt_ids(start.messages)
         if start.messages == []:  # environment-owned data: reset's text is the prompt
             if observation is None:
                 raise EnvironmentFault("reset returned no prompt, and the row has none (environment-owned data)")

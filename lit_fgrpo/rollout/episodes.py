@@ -169,8 +169,11 @@ class EpisodeRollouts:
         self.driver.close()
 
     def turn_sampling(self, sampling: SamplingConfig) -> SamplingConfig:
-        """One turn's sampling: one continuation per episode, at most :attr:`turn_tokens`."""
-        return replace(sampling, n=1, max_tokens=self.turn_tokens)
+        """One turn's sampling: one continuation per episode, at most :attr:`turn_tokens`, stopping at the end-of-turn
+        token too (Gemma's ``<end_of_turn>`` is not its EOS)."""
+        ends = {turns.end_of_turn_id for turns in self.driver.turns.values()}
+        stops = list(sampling.stop_token_ids) + sorted(ends - set(sampling.stop_token_ids))
+        return replace(sampling, n=1, max_tokens=self.turn_tokens, stop_token_ids=stops)
 
     def join_rounds(self, engine: RolloutEngine, sampling: SamplingConfig) -> None:
         """Take part, without episodes, in the ``max_turns`` rounds a collect makes (dynamic sampling's skipping
@@ -189,10 +192,7 @@ class EpisodeRollouts:
         starts = []
         for record, group_seed in zip(records, group_seeds):
             name = str(record.columns.get(ROUTE_COLUMN)) if environments.routed else ""
-            turns = self.driver.turns.get(name)
-            prompt = record.prompt_ids
-            if record.messages and turns is not None and turns.tools:
-                prompt = turns.prompt_ids(record.messages)  # the tools listed in the prompt
+            prompt = record.prompt_ids  # the driver renders it again where the episodes' template must (its tools)
             row = dict(record.columns)  # as they are: an int column stays an int (TRL passes the row's values)
             if record.messages != []:  # environment-owned data has no prompt to pass
                 row = {"prompt": record.messages if record.messages is not None else record.prompt, **row}
@@ -264,7 +264,7 @@ class EpisodeRollouts:
             sampling_logp=sampling_logp,
             prompts=prompts,
             completions=completions,
-            prompt_ids=[list(starts[i * G].prompt_ids) for i in range(P)],  # (P,) as the episodes began
+            prompt_ids=[list(episodes[i * G].prompt_ids) for i in range(P)],  # (P,) as the episodes began
             completion_ids=[row.completion_ids for row in rows],
             stats=stats,
             row_prompt_ids=[row.prompt_ids for row in rows],
