@@ -11,7 +11,9 @@ Each (seed, arm) run goes to ``out_dir/seed{s}/{arm}/`` (its log in ``fit.log``)
 --rollout.seed s``: the arms of one seed share the LoRA initialisation, the questions and the held-out set, and
 differ only in the arm's flags. A finished run is skipped, so rerunning the command continues an interrupted
 comparison. ``parallel: 2`` runs two at once, each on one torch thread (on 2 cores two 1-thread runs beat one
-2-thread run at this model size). Writes ``compare_report.md`` and ``compare_verdict.json``.
+2-thread run at this model size). Writes ``compare_report.md`` and ``compare_verdict.json``, and into each run's
+folder its wall-clock time (``compare_run.json``). ``baseline: null`` compares nothing: each arm is summarised alone
+(a pilot over candidate settings, :mod:`lit_fgrpo.experiments.setting_pilot`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from lit_fgrpo.experiments.evidence_stats import MIN_SEEDS, classify_gain, h1_ve
 from lit_fgrpo.reporting.progress import format_duration
 
 RESULTS = "pass_at_k.json"
+RUN_RECORD = "compare_run.json"
+"""Written into a run's folder when it ends: its wall-clock seconds and how many runs shared the machine."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,9 @@ class CompareSettings:
     """The fit configs every run uses, in order (``--config`` each)."""
     arms: dict[str, list[str]]
     """Arm name -> its extra fit flags, e.g. ``{"GRPO": ["--model.objective.gamma", "0"]}``."""
-    baseline: str
-    """The arm the others are compared with (A - baseline)."""
+    baseline: str | None
+    """The arm the others are compared with (A - baseline); None: no comparison, each arm summarised alone with its
+    own before-RL row (a pilot over candidate settings, :mod:`lit_fgrpo.experiments.setting_pilot`)."""
     seeds: list[int]
     """Seeds; each sets ``--seed_everything`` and ``--rollout.seed``."""
     out_dir: str
@@ -73,7 +78,7 @@ class CompareSettings:
     are logged there as one run of the experiment ``lit-fgrpo compare`` (None: files only)."""
 
     def __post_init__(self) -> None:
-        if self.baseline not in self.arms:
+        if self.baseline is not None and self.baseline not in self.arms:
             raise ConfigError(f"compare: baseline {self.baseline!r} is not one of the arms {sorted(self.arms)}")
         if not self.seeds or self.parallel < 1:
             raise ConfigError("compare: seeds must be non-empty and parallel >= 1")
@@ -141,14 +146,21 @@ def run_all(settings: CompareSettings) -> None:
                 log = run_dir(settings, seed, arm) / "fit.log"
                 raise DataError(f"compare: seed {seed} arm {arm!r} failed (exit {process.returncode}); see {log}")
             done += 1
+            seconds = time.perf_counter() - start
+            write_run_record(run_dir(settings, seed, arm), seconds, settings.parallel)
             result = json.loads((run_dir(settings, seed, arm) / RESULTS).read_text())
             before, after = result["before"].get("pass_at_1"), result["after"].get("pass_at_1")
             change = f"{before:.3f} -> {after:.3f}" if before is not None else f"{after:.3f}"
             print(
-                f"compare: run {done}/{len(units)} seed {seed} {arm}: pass@1 {change} "
-                f"in {format_duration(time.perf_counter() - start)}",
+                f"compare: run {done}/{len(units)} seed {seed} {arm}: pass@1 {change} in {format_duration(seconds)}",
                 flush=True,
             )
+
+
+def write_run_record(folder: Path, seconds: float, parallel: int) -> None:
+    """Record a finished run's wall-clock time (``seconds``, with ``parallel`` runs at once) in its folder."""
+    record = {"seconds": round(seconds, 1), "parallel": parallel, "cpus": os.cpu_count()}
+    (folder / RUN_RECORD).write_text(json.dumps(record) + "\n")
 
 
 def collect(settings: CompareSettings) -> dict[str, dict[int, dict[str, float]]]:
@@ -173,18 +185,20 @@ def analyse(settings: CompareSettings, rows: dict[str, dict[int, dict[str, float
     summary = {arm: {m: asdict(paired([r[m] for r in per.values()])) for m in metrics} for arm, per in rows.items()}
     start = {m: asdict(paired([r[f"start_{m}"] for per in rows.values() for r in per.values() if f"start_{m}" in r]))
              for m in metrics}  # fmt: skip
-    base = rows[settings.baseline]
+    by_arm = {arm: {m: asdict(paired([r[f"start_{m}"] for r in per.values() if f"start_{m}" in r])) for m in metrics}
+              for arm, per in rows.items()}  # fmt: skip
+    base = rows[settings.baseline] if settings.baseline is not None else {}
     tests, verdicts = {}, {}
     for arm, per in rows.items():
-        if arm == settings.baseline:
+        if settings.baseline is None or arm == settings.baseline:
             continue
         seeds = sorted(per.keys() & base.keys())
         diffs = {m: paired([per[s][m] - base[s][m] for s in seeds]) for m in metrics}
         name = f"{arm} - {settings.baseline}"
         tests[name] = {m: asdict(p) | {"class": classify_gain(p, settings.delta)} for m, p in diffs.items()}
         verdicts[name] = h1_verdict(diffs["pass_at_1"], diffs[top], settings.delta)
-    return {"metrics": metrics, "summary": summary, "before_rl": start, "tests": tests, "verdicts": verdicts,
-            "seeds": settings.seeds, "delta": settings.delta, "min_seeds": MIN_SEEDS}  # fmt: skip
+    return {"metrics": metrics, "summary": summary, "before_rl": start, "before_rl_by_arm": by_arm, "tests": tests,
+            "verdicts": verdicts, "seeds": settings.seeds, "delta": settings.delta, "min_seeds": MIN_SEEDS}  # fmt: skip
 
 
 def _ci(s: dict[str, Any], signed: bool = False) -> str:
@@ -212,17 +226,14 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
     if result.get("base"):
         base = {m: {"n": 1, "mean": v} for m, v in result["base"].items()}
         before = (f"before RL (`{settings.base_results}`)", base | {m: {"n": 0} for m in metrics if m not in base})
-    for arm, per in [before, *result["summary"].items()]:
+    rows = [before, *result["summary"].items()]
+    if settings.baseline is None:  # arms of different tasks: each its own before-RL row, from its runs that had one
+        rows = [row for arm, per in result["summary"].items()
+                for row in ((f"{arm}, before RL", result["before_rl_by_arm"][arm]), (arm, per))
+                if row[1][metrics[0]]["n"] > 0]  # fmt: skip
+    for arm, per in rows:
         lines.append(f"| {arm} | {per[metrics[0]]['n']} | " + " | ".join(_ci(per[m]) for m in metrics) + " |")
-    lines += ["", "| comparison (A - B) | metric | n | mean [95 % t CI] | bootstrap CI | MDE | class |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, per in result["tests"].items():
-        for m in metrics:
-            p = per[m]
-            boot = "-" if p["n"] < 2 else f"[{p['boot_low']:+.3f}, {p['boot_high']:+.3f}]"
-            mde = "-" if p["n"] < 2 else f"{p['mde']:.3f}"
-            lines.append(f"| {name} | {m} | {p['n']} | {_ci(p, signed=True)} | {boot} | {mde} | {p['class']} |")
-    lines.append("")
+    lines += comparison_lines(result) if result["tests"] else [""]
     for name, verdict in result["verdicts"].items():
         lines.append(f"**H1 ({name} gains in both pass@1 and {metrics[-1]}): {verdict}.** Smallest effect of "
                      f"interest {settings.delta}; a verdict needs at least {MIN_SEEDS} seeds.")  # fmt: skip
@@ -231,6 +242,19 @@ def render(result: dict[str, Any], settings: CompareSettings) -> str:
                   "their range in brackets):", "", *training_table(result["training"])]  # fmt: skip
     lines += rare_nll_lines(Path(settings.out_dir) / "rare_nll.json")
     return "\n".join(lines) + "\n"
+
+
+def comparison_lines(result: dict[str, Any]) -> list[str]:
+    """The paired comparisons' table (A - baseline per metric), with a blank line before and after."""
+    lines = ["", "| comparison (A - B) | metric | n | mean [95 % t CI] | bootstrap CI | MDE | class |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, per in result["tests"].items():
+        for m in result["metrics"]:
+            p = per[m]
+            boot = "-" if p["n"] < 2 else f"[{p['boot_low']:+.3f}, {p['boot_high']:+.3f}]"
+            mde = "-" if p["n"] < 2 else f"{p['mde']:.3f}"
+            lines.append(f"| {name} | {m} | {p['n']} | {_ci(p, signed=True)} | {boot} | {mde} | {p['class']} |")
+    return [*lines, ""]
 
 
 def load_settings(path: str) -> CompareSettings:

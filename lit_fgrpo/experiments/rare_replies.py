@@ -115,12 +115,12 @@ def measure(settings: CompareSettings, pool: RarePool, top_fraction: float) -> d
             value = float((trained.double() - rare.base_nll.double()).mean())
             runs[arm][seed] = {"dnll_rare": value}
             print(f"rare-nll: seed {seed} {arm}: dNLL_rare {value:+.3f}", flush=True)
-    base = runs[settings.baseline]
+    base = runs[settings.baseline] if settings.baseline is not None else {}  # None: a pilot, no comparison
     summary = {arm: asdict(paired([r["dnll_rare"] for r in per.values()])) for arm, per in runs.items()}
     tests = {
         f"{arm} - {settings.baseline}": asdict(paired([per[s]["dnll_rare"] - base[s]["dnll_rare"]
                                                        for s in sorted(per.keys() & base.keys())]))
-        for arm, per in runs.items() if arm != settings.baseline
+        for arm, per in runs.items() if settings.baseline is not None and arm != settings.baseline
     }  # fmt: skip
     return {"pool": {"correct": len(pool), "rare": len(rare), "sampled": pool.num_sampled, "top_fraction": top_fraction},
             "runs": {arm: {str(s): v for s, v in per.items()} for arm, per in runs.items()},

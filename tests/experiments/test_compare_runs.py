@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
 
 from lit_fgrpo.cli import main
-from lit_fgrpo.experiments.compare_runs import CompareSettings, analyse, collect, load_settings, run_dir
+from lit_fgrpo.experiments import compare_runs
+from lit_fgrpo.experiments.compare_runs import CompareSettings, analyse, collect, load_settings, render, run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 T_975_DF2 = 4.302652729911275  # Student's t quantile 0.975 with 2 degrees of freedom
@@ -74,7 +76,46 @@ def test_bad_settings_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_compare_configs_parse() -> None:
     for path in sorted((ROOT / "configs" / "compare").glob("*.yaml")):
         s = load_settings(str(path))
-        assert len(s.seeds) >= 3 and s.baseline in s.arms
+        assert len(s.seeds) >= 3 and (s.baseline is None or s.baseline in s.arms)  # None: a pilot
+
+
+def test_without_a_baseline_each_arm_is_summarised_with_its_own_before_row(tmp_path: Path) -> None:
+    s = settings(tmp_path, baseline=None)
+    for seed in s.seeds:
+        write_result(s, seed, "GRPO", 0.3 + seed / 100, 0.5)
+        folder = run_dir(s, seed, "F-GRPO")
+        folder.mkdir(parents=True)
+        (folder / "pass_at_k.json").write_text(
+            json.dumps({"before": {}, "after": {"pass_at_1": 0.4, "pass_at_4": 0.6}})
+        )
+    result = analyse(s, collect(s))
+    assert result["tests"] == {} and result["verdicts"] == {}
+    assert result["before_rl_by_arm"]["GRPO"]["pass_at_1"]["n"] == 3
+    assert result["before_rl_by_arm"]["F-GRPO"]["pass_at_1"]["n"] == 0
+    text = render(result, s)
+    assert "| GRPO, before RL | 3 | 0.100 [0.100, 0.100] |" in text and "| GRPO | 3 | 0.320 [" in text
+    assert "F-GRPO, before RL" not in text and "| F-GRPO | 3 | 0.400 [" in text  # no before-RL runs: no row
+    assert "comparison (A - B)" not in text and "H1" not in text
+
+
+def test_each_finished_run_records_its_wall_clock_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_all`` on stand-in fit processes (a Python one-liner writing the results) that take about 0.3 s each."""
+    s = settings(tmp_path, seeds=[1], parallel=2)
+
+    def fake_fit(settings: CompareSettings, seed: int, arm: str) -> list[str]:
+        out = run_dir(settings, seed, arm) / "pass_at_k.json"
+        result = {"before": {}, "after": {"pass_at_1": 0.5}}
+        return [
+            sys.executable,
+            "-c",
+            f"import time; time.sleep(0.3); open({str(out)!r}, 'w').write({json.dumps(result)!r})",
+        ]
+
+    monkeypatch.setattr(compare_runs, "fit_command", fake_fit)
+    compare_runs.run_all(s)
+    for arm in s.arms:
+        record = json.loads((run_dir(s, 1, arm) / compare_runs.RUN_RECORD).read_text())
+        assert 0.3 <= record["seconds"] < 60 and record["parallel"] == 2
 
 
 @pytest.mark.slow

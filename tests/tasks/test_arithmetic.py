@@ -14,6 +14,26 @@ def test_answers_equal_python_evaluation_with_precedence() -> None:
         assert question.answer == eval(question.expression)  # the reference: Python's own precedence
 
 
+def test_the_pilot_tasks_three_operands_and_sums_with_carries() -> None:
+    """The issue-50 pilot's tasks (configs/smollm2/pilot_sum3.yaml, pilot_carry.yaml), each answer summed by a loop."""
+    sum3 = ArithmeticSettings(min_value=1, max_value=20, terms=3)
+    carry = ArithmeticSettings(min_value=10, max_value=99)
+    assert (sum3.universe, carry.universe) == (20**3, 90**2)
+    for settings in (sum3, carry):
+        splits = make_arithmetic_splits(settings, num_train=1024, num_val=128, num_test=0, seed=0)
+        for question in splits["train"] + splits["val"]:
+            total = 0
+            for value in question.operands:
+                total += value
+            assert question.answer == total and len(question.operands) == settings.terms
+            assert all(settings.min_value <= v <= settings.max_value for v in question.operands)
+            assert question.expression == " + ".join(str(v) for v in question.operands)
+    # Over the whole universe of carry: the units digits carry in 45 of 100 pairs, the sum reaches 100 in 4,860 of 8,100.
+    pairs = [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    assert sum(a % 10 + b % 10 >= 10 for a, b in pairs) / len(pairs) == pytest.approx(0.45)
+    assert sum(a + b >= 100 for a, b in pairs) == 4860
+
+
 def test_splits_are_disjoint_deterministic_and_held_out_stays_put() -> None:
     settings = ArithmeticSettings(max_value=20)
     a = make_arithmetic_splits(settings, num_train=200, num_val=32, num_test=64, seed=0)
