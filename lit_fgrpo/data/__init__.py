@@ -1,6 +1,8 @@
 """Prompt sources, rendering, the resumable sharded stream and the Lightning data module."""
 
 from lit_fgrpo.data.data_settings import (
+    ENVIRONMENT_SOURCE,
+    EnvironmentRowSettings,
     FileSettings,
     LoaderSettings,
     PromptSettings,
@@ -9,11 +11,14 @@ from lit_fgrpo.data.data_settings import (
     grouped_data_settings,
 )
 from lit_fgrpo.data.datamodule import PromptDataModule
+from lit_fgrpo.data.generated_sources import read_reasoning_gym, read_task_splits
 from lit_fgrpo.data.records import PromptRecord, SourceExample, TooLongPolicy, render_prompt, render_records
-from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet, read_reasoning_gym, read_task_splits
+from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet
 from lit_fgrpo.data.streaming import PromptStream
 
 __all__ = [
+    "ENVIRONMENT_SOURCE",
+    "EnvironmentRowSettings",
     "FileSettings",
     "LoaderSettings",
     "PromptDataModule",

@@ -27,6 +27,7 @@ from lit_fgrpo.settings_mapping import (
     check_int,
     check_text,
     group_flat_settings,
+    settings_from,
 )
 from lit_fgrpo.tasks.registry import registered_tasks, task_names
 
@@ -34,6 +35,9 @@ FILE_SOURCES = ("jsonl", "parquet", "disk")
 """The sources that read ``--data.files.*``."""
 GYM_SOURCE = "reasoning_gym"
 """The source that generates a reasoning-gym dataset by name (``--data.reasoning_gym.*``)."""
+ENVIRONMENT_SOURCE = "environment"
+"""The source whose rows the environment fills (its ``reset()`` gives the prompt; ``--data.environment_rows.*``,
+:mod:`lit_fgrpo.data.environment_rows`)."""
 FLAG = "--data"
 """How the CLI names the data module's settings."""
 
@@ -50,18 +54,20 @@ class FileSettings:
     """Optional test file or folder."""
     prompt_field: str = "prompt"
     """Field holding the prompt: a string, or a list of chat messages."""
-    answer_field: str = "answer"
-    """Required answer field (checked in every row), passed to rewards as the ``answer`` column."""
+    answer_field: str | None = "answer"
+    """Required answer field (checked in every row), passed to rewards as the ``answer`` column (a string, by
+    ``non_string_answers``; the field's own column keeps its type); null: no answer required, every column passed as
+    the file has it (for an environment or rewards that need no answer)."""
     non_string_answers: NonStringAnswers = "error"
     """An answer that is a number or a list: ``error`` (file and row named) or ``str`` (converted with ``str()``,
-    counted and logged)."""
+    counted and logged). Only the ``answer`` column is converted."""
 
     def __post_init__(self) -> None:
         flag = f"{FLAG}.files"
         for name in ("train_path", "val_path", "test_path"):
             check_text(f"{flag}.{name}", getattr(self, name), optional=True)
         check_text(f"{flag}.prompt_field", self.prompt_field)
-        check_text(f"{flag}.answer_field", self.answer_field)
+        check_text(f"{flag}.answer_field", self.answer_field, optional=True)
         check_choice(f"{flag}.non_string_answers", self.non_string_answers, NonStringAnswers)
 
 
@@ -78,6 +84,20 @@ class ReasoningGymSettings:
         flag = f"{FLAG}.reasoning_gym"
         check_text(f"{flag}.name", self.name, optional=True)
         check_int(f"{flag}.dataset_size", self.dataset_size, 1)
+
+
+@dataclass(frozen=True)
+class EnvironmentRowSettings:
+    """The ``environment`` source's evaluation rows (its training rows never end)."""
+
+    val_size: int = 0
+    """Episodes of each validation (rows of the ``val`` split; 0 = no validation)."""
+    test_size: int = 0
+    """Episodes of a test (rows of the ``test`` split; 0 = none)."""
+
+    def __post_init__(self) -> None:
+        for name in ("val_size", "test_size"):
+            check_int(f"{FLAG}.environment_rows.{name}", getattr(self, name), 0)
 
 
 @dataclass(frozen=True)
@@ -152,6 +172,7 @@ class LoaderSettings:
 OWN_GROUPS: dict[str, type] = {
     "files": FileSettings,
     "reasoning_gym": ReasoningGymSettings,
+    "environment_rows": EnvironmentRowSettings,
     "splits": SplitSettings,
     "prompts": PromptSettings,
     "loader": LoaderSettings,
@@ -184,13 +205,14 @@ OWN_FLAT_NAMES: dict[str, tuple[str, str]] = {
 
 
 def source_names() -> tuple[str, ...]:
-    """Every ``--data.source``: the file sources, the registered tasks (``maze``, ``arithmetic``) and reasoning-gym."""
-    return (*FILE_SOURCES, *task_names(), GYM_SOURCE)
+    """Every ``--data.source``: the file sources, the registered tasks (``maze``, ``arithmetic``), reasoning-gym and
+    ``environment`` (the environment's ``reset()`` gives each prompt)."""
+    return (*FILE_SOURCES, *task_names(), GYM_SOURCE, ENVIRONMENT_SOURCE)
 
 
 def settings_groups() -> dict[str, type]:
     """Every settings group of ``PromptDataModule`` by init argument name: ``files``, one per registered task (its
-    name: its settings class), then ``reasoning_gym``, ``splits``, ``prompts`` and ``loader``."""
+    name: its settings class), then ``reasoning_gym``, ``environment_rows``, ``splits``, ``prompts`` and ``loader``."""
     tasks = {task.name: task.settings for task in registered_tasks()}
     return {"files": FileSettings} | tasks | {name: cls for name, cls in OWN_GROUPS.items() if name != "files"}
 
@@ -208,6 +230,25 @@ def new_flag(name: str) -> str | None:
     return None if found is None else f"{FLAG}.{found[0]}.{found[1]}"
 
 
+def tasks_settings(given: dict[str, Any]) -> dict[str, Any]:
+    """Every registered task's settings: ``given[name]`` (an instance or a mapping of its fields), else the defaults.
+
+    Raises:
+        ConfigError: For a name that is no registered task (``--data.<name> is not a setting ...``), or a bad value.
+    """
+    tasks = registered_tasks()
+    for name in given:
+        if name not in {task.name for task in tasks}:
+            raise ConfigError(
+                f"{FLAG}.{name} is not a setting of PromptDataModule (nor a registered task: "
+                f"{', '.join(task.name for task in tasks)})"
+            )
+    return {
+        task.name: settings_from(task.settings, given.get(task.name, task.settings()), f"{FLAG}.{task.name}")
+        for task in tasks
+    }
+
+
 def grouped_data_settings(values: Mapping[str, Any]) -> dict[str, Any]:
     """Settings given flat (an old checkpoint's ``datamodule_hyper_parameters``), grouped, as ``PromptDataModule``
     takes them.
@@ -223,11 +264,13 @@ def grouped_data_settings(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = [
+    "ENVIRONMENT_SOURCE",
     "FILE_SOURCES",
     "GYM_SOURCE",
     "OWN_FLAT_NAMES",
     "OWN_GROUPS",
     "TOP_LEVEL",
+    "EnvironmentRowSettings",
     "FileSettings",
     "LoaderSettings",
     "PromptSettings",
@@ -238,4 +281,5 @@ __all__ = [
     "new_flag",
     "settings_groups",
     "source_names",
+    "tasks_settings",
 ]

@@ -1,4 +1,5 @@
-"""``PromptDataModule``: prompts for RL rollouts from files, ``datasets`` folders, reasoning-gym or a registered task."""
+"""``PromptDataModule``: prompts for RL rollouts from files, ``datasets`` folders, reasoning-gym, a registered task, or
+none (the environment's ``reset()`` gives them)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from torch.utils.data import DataLoader
 from typing_extensions import Self
 
 from lit_fgrpo.data.data_settings import (
+    ENVIRONMENT_SOURCE,
     FILE_SOURCES,
     FLAG,
     GYM_SOURCE,
+    EnvironmentRowSettings,
     FileSettings,
     LoaderSettings,
     PromptSettings,
@@ -23,14 +26,17 @@ from lit_fgrpo.data.data_settings import (
     SplitSettings,
     grouped_data_settings,
     source_names,
+    tasks_settings,
 )
+from lit_fgrpo.data.environment_rows import check_bounded_fit, environment_splits
+from lit_fgrpo.data.file_splits import check_file_paths, read_file_splits
+from lit_fgrpo.data.generated_sources import read_reasoning_gym, read_task_splits
 from lit_fgrpo.data.records import PromptRecord, SourceExample, render_records
-from lit_fgrpo.data.sources import read_disk_dataset, read_jsonl, read_parquet, read_reasoning_gym, read_task_splits
 from lit_fgrpo.data.streaming import PromptStream
 from lit_fgrpo.distributed.rank_layout import per_rank_share
 from lit_fgrpo.errors import ConfigError, DataError
 from lit_fgrpo.settings_mapping import read_checkpoint, settings_from
-from lit_fgrpo.tasks.registry import default_task, find_task, is_builtin_tokenizer, load_tokenizer, registered_tasks
+from lit_fgrpo.tasks.registry import default_task, find_task, is_builtin_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -41,25 +47,6 @@ PROMPTS_PER_STEP = f"{FLAG}.loader.prompts_per_step"
 def keep_batch(batch: list[PromptRecord]) -> list[PromptRecord]:
     """Collate function: a batch is the list of records, unchanged."""
     return batch
-
-
-def tasks_settings(given: dict[str, Any]) -> dict[str, Any]:
-    """Every registered task's settings: ``given[name]`` (an instance or a mapping of its fields), else the defaults.
-
-    Raises:
-        ConfigError: For a name that is no registered task (``--data.<name> is not a setting ...``), or a bad value.
-    """
-    tasks = registered_tasks()
-    for name in given:
-        if name not in {task.name for task in tasks}:
-            raise ConfigError(
-                f"{FLAG}.{name} is not a setting of PromptDataModule (nor a registered task: "
-                f"{', '.join(task.name for task in tasks)})"
-            )
-    return {
-        task.name: settings_from(task.settings, given.get(task.name, task.settings()), f"{FLAG}.{task.name}")
-        for task in tasks
-    }
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -79,13 +66,21 @@ class PromptDataModule(L.LightningDataModule):
     Prompts longer than ``prompts.max_length`` follow ``prompts.too_long``: skipped by default, with a warning that
     gives the count.
 
+    With source ``environment`` the environment owns the data (TRL's ``environment_factory`` without a dataset): its
+    rows hold no question (``prompt=""``, ``prompt_ids=[]``, ``messages=[]``; ``reset()`` gives the first user
+    message), training never runs out of them and a fit needs ``--trainer.max_steps``
+    (:mod:`lit_fgrpo.data.environment_rows`).
+
     Args:
         source: Where prompts come from: ``jsonl`` / ``parquet`` files, ``disk`` (a ``datasets`` folder from
             ``save_to_disk``), ``reasoning_gym`` (a dataset by name), or a registered task by its name (``maze``,
-            ``arithmetic``: :mod:`lit_fgrpo.tasks.registry`); by default the default task (the maze).
+            ``arithmetic``: :mod:`lit_fgrpo.tasks.registry`), or ``environment`` (the environment's ``reset()`` gives
+            each prompt); by default the default task (the maze).
         files: The file sources' paths and fields (``--data.files.*``; :class:`~lit_fgrpo.data.data_settings.FileSettings`).
         reasoning_gym: The reasoning-gym dataset name and size (``--data.reasoning_gym.*``;
             :class:`~lit_fgrpo.data.data_settings.ReasoningGymSettings`).
+        environment_rows: The ``environment`` source's validation and test rows (``--data.environment_rows.*``;
+            :class:`~lit_fgrpo.data.data_settings.EnvironmentRowSettings`).
         splits: Prompts per split: a task's training, validation and test prompts, held-out validation rows
             (``--data.splits.*``; :class:`~lit_fgrpo.data.data_settings.SplitSettings`).
         prompts: System message, length limit and what to do with longer prompts (``--data.prompts.*``;
@@ -107,6 +102,7 @@ class PromptDataModule(L.LightningDataModule):
         source: str | None = None,
         files: FileSettings = FileSettings(),
         reasoning_gym: ReasoningGymSettings = ReasoningGymSettings(),
+        environment_rows: EnvironmentRowSettings = EnvironmentRowSettings(),
         splits: SplitSettings = SplitSettings(),
         prompts: PromptSettings = PromptSettings(),
         loader: LoaderSettings = LoaderSettings(),
@@ -122,6 +118,8 @@ class PromptDataModule(L.LightningDataModule):
         """Every registered task's settings by task name (``--data.<task>.*``)."""
         self.reasoning_gym = settings_from(ReasoningGymSettings, reasoning_gym, f"{FLAG}.reasoning_gym")
         """The reasoning-gym dataset (``--data.reasoning_gym.*``)."""
+        self.environment_rows = settings_from(EnvironmentRowSettings, environment_rows, f"{FLAG}.environment_rows")
+        """The ``environment`` source's evaluation rows (``--data.environment_rows.*``)."""
         self.split_settings = settings_from(SplitSettings, splits, f"{FLAG}.splits")
         """Prompts per split (``--data.splits.*``); :attr:`splits` holds the rendered records."""
         self.prompts = settings_from(PromptSettings, prompts, f"{FLAG}.prompts")
@@ -135,7 +133,8 @@ class PromptDataModule(L.LightningDataModule):
         # dataclass (as FGRPOModule's groups). Saved again so that hparams_initial holds the dicts too; what else the
         # first save holds (LightningCLI's _instantiator) is kept.
         groups = {"files": self.files, **self.task_settings, "reasoning_gym": self.reasoning_gym,
-                  "splits": self.split_settings, "prompts": self.prompts, "loader": self.loader}  # fmt: skip
+                  "environment_rows": self.environment_rows, "splits": self.split_settings, "prompts": self.prompts,
+                  "loader": self.loader}  # fmt: skip
         settings = (
             {"source": self.source}
             | {name: dataclasses.asdict(group) for name, group in groups.items()}
@@ -173,12 +172,7 @@ class PromptDataModule(L.LightningDataModule):
         if source not in source_names():
             raise ConfigError(f"{FLAG}.source must be one of {source_names()}, got {source!r}")
         if source in FILE_SOURCES:
-            if self.files.train_path is None:
-                raise ConfigError(f"{FLAG}.files.train_path is required with {FLAG}.source {source}")
-            for name in ("train_path", "val_path", "test_path"):
-                path = getattr(self.files, name)
-                if path is not None and not Path(path).exists():
-                    raise DataError(f"{FLAG}.files.{name} does not exist: {path}")
+            check_file_paths(source, self.files)
         if source == GYM_SOURCE and not self.reasoning_gym.name:
             raise ConfigError(f"{FLAG}.reasoning_gym.name is required with {FLAG}.source {GYM_SOURCE}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
@@ -206,20 +200,6 @@ class PromptDataModule(L.LightningDataModule):
             )
         return self.tokenizer
 
-    def _read(self, path: str) -> list[SourceExample]:
-        files = self.files
-        required, rule = (files.answer_field,), files.non_string_answers
-        if self.source == "jsonl":
-            examples = read_jsonl(path, files.prompt_field, required, non_string_answers=rule)
-        elif self.source == "parquet":
-            examples = read_parquet(path, files.prompt_field, required, non_string_answers=rule)
-        else:
-            examples = read_disk_dataset(path, "train", files.prompt_field, required, non_string_answers=rule)
-        if files.answer_field != "answer":
-            for example in examples:
-                example.columns["answer"] = example.columns[files.answer_field]
-        return examples
-
     def _read_splits(self) -> dict[str, list[SourceExample]]:
         sizes = self.split_settings
         if self.source in self.task_settings:
@@ -230,31 +210,19 @@ class PromptDataModule(L.LightningDataModule):
             assert gym.name is not None
             examples = read_reasoning_gym(gym.name, self.seed, gym.dataset_size + sizes.val_size)
             return {"train": examples[: gym.dataset_size], "val": examples[gym.dataset_size :]}
-        files = self.files
-        assert files.train_path is not None
-        splits = {"train": self._read(files.train_path)}
-        if files.val_path is not None:
-            splits["val"] = self._read(files.val_path)
-        elif sizes.val_size:
-            if sizes.val_size >= len(splits["train"]):
-                raise DataError(
-                    f"{FLAG}.splits.val_size={sizes.val_size} leaves no training rows of {len(splits['train'])} "
-                    f"in {files.train_path}",
-                    hint=f"hold out fewer rows, or give {FLAG}.files.val_path",
-                )
-            held_out = set(torch.randperm(len(splits["train"]), generator=torch.Generator().manual_seed(self.seed))
-                           [: sizes.val_size].tolist())  # fmt: skip
-            splits["val"] = [ex for ex in splits["train"] if ex.index in held_out]
-            splits["train"] = [ex for ex in splits["train"] if ex.index not in held_out]
-        if files.test_path is not None:
-            splits["test"] = self._read(files.test_path)
-        return splits
+        return read_file_splits(self.source, self.files, sizes.val_size, self.seed)
 
     def setup(self, stage: str | None = None) -> None:
-        """Read, render and tokenize every split (once; later calls reuse them)."""
+        """Read, render and tokenize every split (once; later calls reuse them); the ``environment`` source's rows
+        need no tokenizer."""
         if self.trainer is not None:  # refuse a global batch that does not divide before reading any data
             per_rank_share(self.loader.prompts_per_step, self.trainer.world_size, PROMPTS_PER_STEP)
+            if stage == "fit" and self.source == ENVIRONMENT_SOURCE:
+                check_bounded_fit(self.trainer)
         if self.splits:
+            return
+        if self.source == ENVIRONMENT_SOURCE:
+            self.splits = environment_splits(self.environment_rows)
             return
         tokenizer = self._resolve_tokenizer()
         if self.source in self.task_settings:
@@ -285,7 +253,10 @@ class PromptDataModule(L.LightningDataModule):
         self.setup("fit")
         rank, world_size = self._rank_and_world()
         per_rank = per_rank_share(self.loader.prompts_per_step, world_size, PROMPTS_PER_STEP)
-        stream = PromptStream(self.splits["train"], per_rank, seed=self.seed, rank=rank, world_size=world_size)
+        shuffle = self.source != ENVIRONMENT_SOURCE  # one row: nothing to shuffle
+        stream = PromptStream(
+            self.splits["train"], per_rank, shuffle=shuffle, seed=self.seed, rank=rank, world_size=world_size
+        )
         stream.count_yielded = False  # counted in on_before_batch_transfer, after Lightning's prefetch
         if self._pending_state is not None:
             stream.load_state_dict(self._pending_state)

@@ -1,8 +1,10 @@
 """Prompt records: a source's raw rows (:class:`SourceExample`) rendered into what the policy sees.
 
-The readers (:mod:`lit_fgrpo.data.sources`: JSONL, Parquet, ``datasets`` folders, reasoning-gym, the tasks)
-return :class:`SourceExample` rows (the raw question plus answer and extra columns); :func:`render_records` turns
-them into :class:`PromptRecord` rows with the prompt text the policy sees and its token ids.
+The readers (:mod:`lit_fgrpo.data.sources`: JSONL, Parquet, ``datasets`` folders; :mod:`lit_fgrpo.data.generated_sources`:
+reasoning-gym, the tasks) return :class:`SourceExample` rows (the raw question plus answer and extra columns);
+:func:`render_records` turns them into :class:`PromptRecord` rows with the prompt text the policy sees and its token
+ids. The ``environment`` source has no question to render: its records are made whole
+(:mod:`lit_fgrpo.data.environment_rows`).
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ class PromptRecord:
     same on any rank layout), from which the sampling seed derives; ``None`` outside a stream."""
     messages: list[dict[str, str]] | None = None
     """The chat messages ``prompt`` was rendered from (system prompt included), when a chat template rendered it
-    whole; ``None`` for plain text and left-truncated prompts. Multi-turn episodes continue the conversation
-    (:mod:`lit_fgrpo.environments`)."""
+    whole; ``None`` for plain text and left-truncated prompts; ``[]`` for a row of the ``environment`` source (no
+    question: the environment's ``reset()`` gives the first user message, :mod:`lit_fgrpo.data.environment_rows`).
+    Multi-turn episodes continue the conversation (:mod:`lit_fgrpo.environments`)."""
 
 
 def prompt_messages(question: Question, system_prompt: str | None = None) -> list[dict[str, str]]:

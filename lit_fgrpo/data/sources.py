@@ -1,7 +1,13 @@
-"""Prompt sources: JSONL, Parquet, ``datasets`` folders, reasoning-gym and the registered tasks, read as
-:class:`~lit_fgrpo.data.records.SourceExample` rows.
+"""Prompt files: JSONL, Parquet and ``datasets`` folders, read as :class:`~lit_fgrpo.data.records.SourceExample`
+rows (the generated sources, reasoning-gym and the registered tasks, are :mod:`lit_fgrpo.data.generated_sources`).
 
 Every reader error names the source (file and 1-based line or row) and the problem, and an empty source is an error.
+
+The answer rule of the file readers: with ``answer_field`` set (``--data.files.answer_field``, default ``answer``)
+every row must hold it, and its value reaches the rewards as the ``answer`` column, a string by the
+:data:`~lit_fgrpo.data.records.NonStringAnswers` rule; when it names another field, that field's own column keeps
+the file's type (an int stays an int for an environment's ``reset(**row)``). With ``answer_field=None`` nothing is
+required, added or converted: every column arrives as the file has it (an ``answer`` column too).
 """
 
 from __future__ import annotations
@@ -14,24 +20,55 @@ from typing import Any
 
 from lit_fgrpo.data.records import NonStringAnswers, SourceExample
 from lit_fgrpo.errors import DataError
-from lit_fgrpo.tasks.registry import get_task
 
 log = logging.getLogger(__name__)
+
+
+ANSWER = "answer"
+"""The column the reward functions read the reference answer from (``columns["answer"]``)."""
+ANSWER_FLAG = "--data.files.answer_field"
+"""The flag that names the answer field, named in the messages."""
+NO_ANSWER_HINT = f"the answer field is {ANSWER_FLAG}; set it to null when no reward or environment needs an answer"
+"""The hint of a missing answer field."""
+
+
+def _checked_answer(value: Any, where: str, name: str, non_string: NonStringAnswers) -> str:
+    """The answer ``value`` of field ``name`` as a string by the :data:`NonStringAnswers` rule."""
+    if isinstance(value, str):
+        return value
+    if non_string == "str" and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise DataError(
+        f"{where}: field {name!r} must be a string, got {type(value).__name__} {value!r}",
+        hint=(
+            "write the answer as a string (numbers can be converted with --data.files.non_string_answers str; "
+            f"{ANSWER_FLAG} null: no answer)"
+        ),
+    )
 
 
 def _check_row(
     row: Any,
     where: str,
     prompt_field: str,
-    required_columns: Sequence[str],
+    answer_field: str | None,
     index: int,
     non_string: NonStringAnswers = "error",
 ) -> SourceExample:
+    """One row as a :class:`SourceExample`: every field but the prompt kept as the file has it, plus the ``answer``
+    column (the answer field's value, a string by ``non_string``) when ``answer_field`` is set.
+
+    Raises:
+        DataError: Naming ``where`` for a row that is no object, a missing prompt or answer, a prompt that is neither
+            text nor chat messages, or an answer that is not a string under ``non_string``.
+    """
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = [name for name in (prompt_field, *required_columns) if name not in row or row[name] is None]
+    required = (prompt_field,) if answer_field is None else (prompt_field, answer_field)
+    missing = [name for name in required if name not in row or row[name] is None]
     if missing:
-        raise DataError(f"{where}: missing field(s) {missing} (present: {sorted(row)})")
+        hint = NO_ANSWER_HINT if answer_field in missing else None
+        raise DataError(f"{where}: missing field(s) {missing} (present: {sorted(row)})", hint=hint)
     question = row[prompt_field]
     is_messages = isinstance(question, list) and all(isinstance(m, dict) and "content" in m for m in question)
     if not (isinstance(question, str) or is_messages):
@@ -39,18 +76,8 @@ def _check_row(
             f"{where}: field {prompt_field!r} must be a string or a list of chat messages, got {type(question).__name__}"
         )
     columns = {name: value for name, value in row.items() if name != prompt_field}
-    for name in required_columns:
-        value = columns[name]
-        if isinstance(value, str):
-            continue
-        is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        if non_string == "str" and is_number:
-            columns[name] = str(value)
-            continue
-        raise DataError(
-            f"{where}: field {name!r} must be a string, got {type(value).__name__} {value!r}",
-            hint="write the answer as a string (numbers can be converted with --data.files.non_string_answers str)",
-        )
+    if answer_field is not None:  # the alias only: the answer field's own column keeps its type
+        columns[ANSWER] = _checked_answer(row[answer_field], where, answer_field, non_string)
     return SourceExample(question=question, columns=columns, index=index)
 
 
@@ -61,16 +88,19 @@ def _nonempty(examples: list[SourceExample], source: str) -> list[SourceExample]
 
 
 def _log_conversions(
-    raw_rows: Sequence[Any], examples: Sequence[SourceExample], columns: Sequence[str], src: str
+    raw_rows: Sequence[Any], examples: Sequence[SourceExample], answer_field: str | None, src: str
 ) -> None:
+    if answer_field is None:
+        return
     converted = sum(
         1
         for row, ex in zip(raw_rows, examples)
-        for name in columns
-        if isinstance(row, dict) and not isinstance(row.get(name), str) and isinstance(ex.columns.get(name), str)
+        if isinstance(row, dict)
+        and not isinstance(row.get(answer_field), str)
+        and isinstance(ex.columns.get(ANSWER), str)
     )
     if converted:
-        log.warning("%s: converted %d non-string value(s) of %s to strings with str()", src, converted, list(columns))
+        log.warning("%s: converted %d non-string value(s) of %s to strings with str()", src, converted, [answer_field])
 
 
 def _refuse_duplicate_keys(where: str) -> Any:
@@ -90,28 +120,37 @@ def _table_examples(
     column_names: Sequence[str],
     path: str | Path,
     prompt_field: str,
-    required_columns: Sequence[str],
+    answer_field: str | None,
     non_string_answers: NonStringAnswers,
 ) -> list[SourceExample]:
     """The checked examples of a table's rows (Parquet, ``datasets``), after checking its columns; rows count from 1."""
-    missing = [name for name in (prompt_field, *required_columns) if name not in column_names]
+    required = (prompt_field,) if answer_field is None else (prompt_field, answer_field)
+    missing = [name for name in required if name not in column_names]
     if missing:
-        raise DataError(f"{path}: missing column(s) {missing} (present: {list(column_names)})")
+        hint = NO_ANSWER_HINT if answer_field in missing else None
+        raise DataError(f"{path}: missing column(s) {missing} (present: {list(column_names)})", hint=hint)
     examples = [
-        _check_row(row, f"{path}: row {i + 1}", prompt_field, required_columns, i, non_string_answers)
+        _check_row(row, f"{path}: row {i + 1}", prompt_field, answer_field, i, non_string_answers)
         for i, row in enumerate(rows)
     ]
-    _log_conversions(rows, examples, required_columns, str(path))
+    _log_conversions(rows, examples, answer_field, str(path))
     return _nonempty(examples, str(path))
 
 
 def read_jsonl(
     path: str | Path,
     prompt_field: str = "prompt",
-    required_columns: Sequence[str] = ("answer",),
+    answer_field: str | None = ANSWER,
     non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
     """Read one UTF-8 JSON object per line; blank lines are allowed and ignored.
+
+    Args:
+        path: The file.
+        prompt_field: The field holding the prompt (text or chat messages).
+        answer_field: The field every row must hold, copied to the ``answer`` column as a string; ``None``: none
+            (see the module's answer rule).
+        non_string_answers: What to do with an answer that is not a string (:data:`NonStringAnswers`).
 
     Raises:
         FileNotFoundError: If the file does not exist.
@@ -140,18 +179,19 @@ def read_jsonl(
             except json.JSONDecodeError as err:
                 raise DataError(f"{where}: malformed JSON ({err.msg}, column {err.colno})") from None
             raw_rows.append(row)
-            examples.append(_check_row(row, where, prompt_field, required_columns, len(examples), non_string_answers))
-    _log_conversions(raw_rows, examples, required_columns, str(path))
+            examples.append(_check_row(row, where, prompt_field, answer_field, len(examples), non_string_answers))
+    _log_conversions(raw_rows, examples, answer_field, str(path))
     return _nonempty(examples, str(path))
 
 
 def read_parquet(
     path: str | Path,
     prompt_field: str = "prompt",
-    required_columns: Sequence[str] = ("answer",),
+    answer_field: str | None = ANSWER,
     non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
-    """Read a Parquet file with ``pyarrow``; errors name the file and the 1-based row.
+    """Read a Parquet file with ``pyarrow``; errors name the file and the 1-based row. Arguments as
+    :func:`read_jsonl`'s.
 
     Raises:
         ImportError: If ``pyarrow`` is not installed.
@@ -170,9 +210,7 @@ def read_parquet(
         table = pq.read_table(path)
     except Exception as err:  # pyarrow raises ArrowInvalid / OSError for damaged files
         raise DataError(f"{path}: unreadable Parquet file ({type(err).__name__}: {err})") from None
-    return _table_examples(
-        table.to_pylist(), table.column_names, path, prompt_field, required_columns, non_string_answers
-    )
+    return _table_examples(table.to_pylist(), table.column_names, path, prompt_field, answer_field, non_string_answers)
 
 
 def check_parquet_file(path: str | Path) -> None:
@@ -195,10 +233,11 @@ def read_disk_dataset(
     path: str | Path,
     split: str,
     prompt_field: str = "prompt",
-    required_columns: Sequence[str] = ("answer",),
+    answer_field: str | None = ANSWER,
     non_string_answers: NonStringAnswers = "error",
 ) -> list[SourceExample]:
-    """Read a Hugging Face ``datasets`` folder written by ``save_to_disk`` (a Dataset or one split of a DatasetDict).
+    """Read a Hugging Face ``datasets`` folder written by ``save_to_disk`` (a Dataset or one split of a DatasetDict);
+    ``split`` picks the split, the other arguments as :func:`read_jsonl`'s.
 
     Raises:
         ImportError: If ``datasets`` is not installed.
@@ -219,7 +258,7 @@ def read_disk_dataset(
         if split not in loaded:
             raise DataError(f"{path}: no split {split!r} (splits: {list(loaded)})")
         loaded = loaded[split]
-    return _table_examples(list(loaded), loaded.column_names, path, prompt_field, required_columns, non_string_answers)
+    return _table_examples(list(loaded), loaded.column_names, path, prompt_field, answer_field, non_string_answers)
 
 
 def check_dataset_folder(path: str | Path) -> None:
@@ -237,47 +276,3 @@ def check_dataset_folder(path: str | Path) -> None:
     markers = ("dataset_info.json", "dataset_dict.json", "state.json")
     if not any((path / marker).is_file() for marker in markers):
         raise DataError(f"{path}: not a datasets folder (none of {list(markers)} inside; written by save_to_disk?)")
-
-
-def read_reasoning_gym(name: str, seed: int, size: int) -> list[SourceExample]:
-    """Generate ``size`` entries of a reasoning-gym dataset (offline, deterministic per seed).
-
-    Columns: ``answer`` (the reference answer) and ``entry`` (the whole entry, which ``score_answer`` needs).
-
-    Raises:
-        ImportError: If ``reasoning_gym`` is not installed.
-        DataError: If no dataset has that name.
-    """
-    try:
-        import reasoning_gym
-        from reasoning_gym.factory import DATASETS
-    except ImportError as err:
-        raise ImportError("source='reasoning_gym' needs reasoning-gym: pip install 'lit_fgrpo[reasoning-gym]'") from err
-    if name not in DATASETS:
-        raise DataError(f"unknown reasoning-gym dataset {name!r}; e.g. {sorted(DATASETS)[:8]}")
-    dataset = reasoning_gym.create_dataset(name, seed=seed, size=size)
-    examples = [
-        SourceExample(question=entry["question"], columns={"answer": entry["answer"], "entry": entry}, index=i)
-        for i, entry in enumerate(dataset)
-    ]
-    return _nonempty(examples, f"reasoning_gym:{name}")
-
-
-def read_task_splits(
-    name: str, settings: Any, num_train: int, num_val: int, num_test: int, seed: int
-) -> dict[str, list[SourceExample]]:
-    """Draw a registered task's disjoint train/val/test prompts (:mod:`lit_fgrpo.tasks.registry`).
-
-    Args:
-        name: The task's name (``--data.source``).
-        settings: The task's settings (``--data.<name>``).
-        num_train: Training prompts.
-        num_val: Validation prompts.
-        num_test: Test prompts.
-        seed: Seed of the task's generator.
-    """
-    splits = get_task(name).splits(settings, num_train, num_val, num_test, seed)
-    return {
-        split: [SourceExample(question=p.question, columns=dict(p.columns), index=i) for i, p in enumerate(prompts)]
-        for split, prompts in splits.items()
-    }

@@ -156,7 +156,9 @@ class EngineSync:
 
     def probe_from_prompts(self, prompt_ids: list[list[int]]) -> None:
         """Before any rollout: the prompts' own last tokens forced as completions. Any tokens do; the check
-        compares two models on the same forced sequence."""
+        compares two models on the same forced sequence. Empty prompts (``--data.source environment``: ``reset()``
+        gives the prompt) have no tokens to force: without another, the first rollout makes the probe."""
+        prompt_ids = [prompt for prompt in prompt_ids if prompt]
         if self.probe is None and self.probe_rows > 0 and prompt_ids:
             rows = [prompt_ids[r % len(prompt_ids)] for r in range(self.probe_rows)]
             self.probe = (rows, [p[-8:] for p in rows])

@@ -20,8 +20,10 @@ from typing import Any
 
 import torch
 
+from lit_fgrpo.data.data_settings import ENVIRONMENT_SOURCE
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.engines.base import RolloutEngine, SamplingConfig
+from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.reporting.progress import progress
 from lit_fgrpo.rewards import resolve_reward
@@ -198,6 +200,11 @@ class RolloutSource:
         it), and the schedule checks the data module and the engine. Prompts that leave the engine no room to reply
         are refused first, before the engine starts."""
         if isinstance(data, PromptDataModule):
+            if data.source == ENVIRONMENT_SOURCE and self.settings.environments is None:
+                raise ConfigError(
+                    f"--data.source {ENVIRONMENT_SOURCE} needs --rollout.environment: its rows hold no prompt, the "
+                    "environment's reset() gives it"
+                )
             self.settings.check_prompt_room(
                 {split: max(len(r.prompt_ids) for r in records) for split, records in data.splits.items() if records}
             )

@@ -226,7 +226,8 @@ def test_console_bad_data_row_exits_2(config: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-2:] == [
         f"error: {data}:2: field 'answer' must be a string, got list [1]",
-        "hint: write the answer as a string (numbers can be converted with --data.files.non_string_answers str)",
+        "hint: write the answer as a string (numbers can be converted with --data.files.non_string_answers str; "
+        "--data.files.answer_field null: no answer)",
     ]
 
 

@@ -52,6 +52,15 @@ def test_the_probe_is_the_first_rows_of_the_last_rollout() -> None:
     assert sync.probe == ([PROMPTS[0]] * 3, [[1], [2], [3]])
 
 
+def test_empty_prompts_make_no_probe() -> None:
+    """Environment-owned data (``--data.source environment``) has empty prompts: nothing to force, no probe."""
+    sync = EngineSync("hf", {}, hf_chunk_size=64, sync_tolerance=1e-3, probe_rows=2)
+    sync.probe_from_prompts([[], []])
+    assert sync.probe is None
+    sync.probe_from_prompts([[], [7, 8]])
+    assert sync.probe == ([[7, 8], [7, 8]], [[7, 8], [7, 8]])
+
+
 def test_the_default_tolerance_follows_the_policy_dtype() -> None:
     """``sync_tolerance: null``: the tolerance follows the policy's dtype at the moment of the check (0.25 in bf16,
     1e-3 in float32, named in the message), and weights that were never pushed still fail at bf16. (Here the bf16

@@ -146,6 +146,16 @@ def test_dynamic_sampling_refuses_a_data_module_without_a_cursor() -> None:
         made.start(object())
 
 
+def test_environment_owned_data_without_an_environment_is_refused_before_the_engine() -> None:
+    from lit_fgrpo.data import ENVIRONMENT_SOURCE, PromptDataModule
+    from lit_fgrpo.errors import ConfigError
+
+    made = RolloutSource(RolloutSettings())
+    with pytest.raises(ConfigError, match="^--data.source environment needs --rollout.environment: "):
+        made.start(PromptDataModule(source=ENVIRONMENT_SOURCE))
+    assert made.engine_sync.engine is None  # refused before the engine was built
+
+
 def test_asynchronous_rollouts_hand_over_each_batch_once_at_bounded_staleness() -> None:
     made, _ = source(engine="hf_copy", max_staleness=1)
     data = Stream()
