@@ -13,27 +13,7 @@ import pytest
 from lit_fgrpo.environments.call_formats import TOOL_CALL_FORMATS, call_format, parse_tool_calls, tool_instructions
 from lit_fgrpo.environments.tools import ToolCall, ToolCallError, error_message, tool_schema
 from lit_fgrpo.errors import ConfigError
-
-
-class Tools:
-    def add(self, a: float, b: float) -> float:
-        """Add two numbers.
-
-        Args:
-            a: The first number.
-            b: The second number.
-        """
-        return a + b
-
-    def lookup(self, key: str, exact: bool = True) -> str:
-        """Look a word up.
-
-        Args:
-            key: The word.
-            exact: Whether to match it exactly.
-        """
-        return key.upper() if exact else key
-
+from tests.environments.test_tools import Tools  # the same two tools
 
 SCHEMAS = [tool_schema(Tools().add, "Tools"), tool_schema(Tools().lookup, "Tools")]
 HERMES_HINT = '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>'
