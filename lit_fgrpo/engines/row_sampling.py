@@ -132,7 +132,8 @@ def sample_blocked(weights: torch.Tensor, uniforms: torch.Tensor, sums: torch.Te
     inner = inner.masked_fill(block * size + torch.arange(size, device=block.device) >= vocab, 0.0)  # padding
     inner = inner.double().cumsum(dim=-1)  # (R, size)
     local = torch.searchsorted(inner, fraction * inner[:, -1:], right=True)  # (R, 1)
-    return (block * size + local.clamp_(max=size - 1)).squeeze(-1)
+    # NaN weights (a diverged policy) find no block: the id is clamped into the vocabulary as sample_inverse_cdf does
+    return (block * size + local.clamp_(max=size - 1)).squeeze(-1).clamp_(max=vocab - 1)
 
 
 class RowSampler:

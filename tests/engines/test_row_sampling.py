@@ -99,6 +99,15 @@ def test_the_two_level_search_draws_the_tokens_of_the_full_width_one(vocab: int)
     assert vocab % block_size(vocab) == 0 or block_size(vocab) == 256
 
 
+@pytest.mark.parametrize("vocab", [17, 64, 49_152])  # one padded block (the maze's vocabulary), one full, many
+def test_non_finite_weights_give_an_id_inside_the_vocabulary_as_the_full_width_search(vocab: int) -> None:
+    # a policy whose weights went NaN still samples ids the model can embed; the NaN loss is caught after the step
+    scores = torch.full((3, vocab), float("nan"))  # (R, V)
+    u = torch.tensor([1e-16, 0.5, 1 - 2**-53], dtype=torch.float64)  # (R,)
+    tokens = sample_blocked(scores.exp(), u)  # (R,)
+    assert tokens.tolist() == sample_inverse_cdf(scores, u).tolist() == [vocab - 1] * 3
+
+
 def test_two_level_frequencies_match_the_distribution() -> None:
     # as test_sampled_frequencies_match_the_distribution, through the sampler the engine draws with
     g = torch.Generator().manual_seed(2)
