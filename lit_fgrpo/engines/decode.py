@@ -24,49 +24,12 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
 
+from lit_fgrpo.engines.lean_step import SharedPromptCache, decode_step
+from lit_fgrpo.engines.lean_weights import LeanWeights, lean_weights
+from lit_fgrpo.engines.prefill import PreallocatedLayer, left_pad, prefill
 from lit_fgrpo.engines.row_sampling import RowSampler
-
-
-class PreallocatedLayer(DynamicLayer):
-    """A full-attention cache layer whose keys and values live in a buffer with room for ``extra`` more positions.
-
-    ``update`` writes the new positions in place and exposes the filled part as ``keys`` / ``values`` (views of
-    shape (b, heads, n, head_dim)); ``DynamicLayer.update`` instead concatenates, copying the cache every step.
-    """
-
-    def __init__(self, extra: int) -> None:
-        super().__init__()
-        self.extra = int(extra)
-        self.filled = 0
-
-    def update(self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
-        length = key_states.shape[-2]
-        if not self.is_initialized:
-            self.dtype, self.device = key_states.dtype, key_states.device
-            b, h, n, d = key_states.shape
-            self.key_buffer = key_states.new_empty(b, h, n + self.extra, d)  # (b, heads, L + extra, d)
-            self.value_buffer = value_states.new_empty(b, value_states.shape[1], n + self.extra, value_states.shape[3])
-            self.is_initialized = True
-        if self.filled + length > self.key_buffer.shape[-2]:
-            raise RuntimeError(f"PreallocatedLayer: {self.filled} + {length} positions exceed its buffer")
-        self.key_buffer[:, :, self.filled : self.filled + length] = key_states
-        self.value_buffer[:, :, self.filled : self.filled + length] = value_states
-        self.filled += length
-        return self._expose()
-
-    def _expose(self) -> tuple[Tensor, Tensor]:
-        self.keys = self.key_buffer[:, :, : self.filled]  # (b, heads, n, d), a view
-        self.values = self.value_buffer[:, :, : self.filled]
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: Tensor) -> None:
-        """Keep (or repeat) the rows ``indices`` of the buffers."""
-        if self.is_initialized:
-            self.key_buffer = self.key_buffer[indices]
-            self.value_buffer = self.value_buffer[indices]
-            self._expose()
 
 
 def full_attention_layers(model: nn.Module) -> int | None:
@@ -105,16 +68,43 @@ class Sampled:
     """Whether the row ended on a stop token (else it ran to ``max_tokens``)."""
 
 
-def left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Left-pad token lists into ``input_ids`` and ``attention_mask``, both (P, L), on ``device``."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)  # (P, L)
-    attn = torch.zeros((len(prompts), width), dtype=torch.long)  # (P, L)
-    for i, p in enumerate(prompts):
-        if p:
-            ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
-            attn[i, width - len(p) :] = 1
-    return ids.to(device), attn.to(device)
+class _HFRows:
+    """Decoding steps through the model's own forward, over a :class:`PreallocatedLayer` cache (any full-attention
+    model; the rows' caches hold a copy of their prompt each)."""
+
+    def __init__(self, model: nn.Module, cache: Cache, attn: Tensor, rows: Tensor, max_tokens: int) -> None:
+        self.model, self.cache, self.width = model, cache, attn.shape[1]
+        cache.batch_select_indices(rows)  # each prompt's cache repeated for its rows
+        self.mask = torch.ones((rows.shape[0], self.width + max_tokens), dtype=torch.long, device=attn.device)
+        self.mask[:, : self.width] = attn[rows]  # (R, L + T)
+
+    def step(self, tokens: Tensor, positions: Tensor, step: int) -> Tensor:
+        out = self.model(
+            input_ids=tokens.unsqueeze(-1), attention_mask=self.mask[:, : self.width + step + 1],
+            position_ids=positions.unsqueeze(-1), past_key_values=self.cache, use_cache=True,
+        )  # fmt: skip
+        return out.logits[:, -1]  # (R', V)
+
+    def keep(self, rows: Tensor) -> None:
+        self.mask = self.mask[rows]
+        self.cache.batch_select_indices(rows)
+
+
+class _LeanRows:
+    """Decoding steps through :func:`~lit_fgrpo.engines.lean_step.decode_step` (one shared copy of each prompt)."""
+
+    def __init__(self, weights: LeanWeights, cache: Cache, attn: Tensor, rows: Tensor, max_tokens: int) -> None:
+        layers: list[Any] = list(cache.layers)  # PreallocatedLayer each
+        keys = [layer.keys for layer in layers]  # (P, kv, L, d) each
+        values = [layer.values for layer in layers]
+        self.weights = weights
+        self.cache = SharedPromptCache(keys, values, attn, rows, max_tokens)
+
+    def step(self, tokens: Tensor, positions: Tensor, step: int) -> Tensor:
+        return decode_step(self.weights, self.cache, tokens, positions)  # (R', V)
+
+    def keep(self, rows: Tensor) -> None:
+        self.cache.keep(rows)
 
 
 @torch.no_grad()
@@ -126,17 +116,20 @@ def sample_rows(
     max_tokens: int,
     stop_ids: set[int],
     pad_token_id: int,
+    lean: bool = True,
 ) -> Sampled:
     """Sample one completion per row; row ``r`` continues ``prompts[row_prompt[r]]`` with ``sampler``'s seed ``r``.
 
     Args:
         model: an HF causal LM for which :func:`supports_own_loop` holds (in eval mode: the caller's job).
         prompts: the distinct prompts (token ids, each non-empty).
-        row_prompt: for each of the R rows, the index of its prompt.
+        row_prompt: for each of the R rows, the index of its prompt (rows of a prompt contiguous).
         sampler: draws the rows' tokens (its seeds are indexed by row).
         max_tokens: most tokens per completion.
         stop_ids: a row ends after sampling one of these.
         pad_token_id: fills the left padding of shorter prompts (masked out).
+        lean: decode with :mod:`~lit_fgrpo.engines.lean_step` where the model allows it
+            (:func:`~lit_fgrpo.engines.lean_weights.lean_weights`); False always steps through the model's forward.
     """
     if max_tokens < 1 or not row_prompt:
         return Sampled(
@@ -145,21 +138,17 @@ def sample_rows(
     layers = full_attention_layers(model)
     if layers is None:
         raise ValueError(f"sample_rows: {type(model).__name__} has no plain full-attention cache; use generate")
+    weights = lean_weights(model) if lean else None
     device = next(model.parameters()).device
-    ids, attn = left_pad(prompts, pad_token_id, device)  # (P, L)
-    L = ids.shape[1]
-    cache = Cache(layers=[PreallocatedLayer(extra=max_tokens) for _ in range(layers)])
-    positions = (attn.cumsum(dim=1) - 1).clamp(min=0)  # (P, L): left padding does not shift RoPE positions
-    out = model(
-        input_ids=ids, attention_mask=attn, position_ids=positions, past_key_values=cache, use_cache=True,
-        logits_to_keep=1,
-    )  # fmt: skip
+    first = prefill(model, prompts, pad_token_id, layers, 0 if weights is not None else max_tokens)
     expand = torch.tensor(row_prompt, dtype=torch.long, device=device)  # (R,)
-    cache.batch_select_indices(expand)
-    logits = out.logits[:, -1][expand]  # (R, V)
-    mask = torch.ones((len(row_prompt), L + max_tokens), dtype=torch.long, device=device)  # (R, L + T)
-    mask[:, :L] = attn[expand]
-    next_pos = positions[expand, -1] + 1  # (R,)
+    decoder: _HFRows | _LeanRows
+    if weights is not None:
+        decoder = _LeanRows(weights, first.cache, first.mask, expand, max_tokens)
+    else:
+        decoder = _HFRows(model, first.cache, first.mask, expand, max_tokens)
+    logits = first.logits[expand]  # (R, V)
+    next_pos = first.next_positions[expand]  # (R,)
     active = torch.arange(len(row_prompt), device=device)  # (R',) rows still sampling
     tokens = torch.full((len(row_prompt), max_tokens), pad_token_id, dtype=torch.long, device=device)  # (R, T)
     logps = torch.zeros((len(row_prompt), max_tokens), dtype=torch.float32, device=device)  # (R, T)
@@ -178,15 +167,10 @@ def sample_rows(
             if keep.numel() == 0:
                 break
             active, new, next_pos = active[keep], new[keep], next_pos[keep]
-            mask = mask[keep]
-            cache.batch_select_indices(keep)
+            decoder.keep(keep)
         if step + 1 == max_tokens:
             break
-        out = model(
-            input_ids=new.unsqueeze(-1), attention_mask=mask[:, : L + step + 1], position_ids=next_pos.unsqueeze(-1),
-            past_key_values=cache, use_cache=True,
-        )  # fmt: skip
-        logits = out.logits[:, -1]  # (R', V)
+        logits = decoder.step(new, next_pos, step)  # (R', V)
         next_pos = next_pos + 1
     tokens_cpu, logps_cpu, lengths_cpu = tokens.cpu(), logps.cpu(), lengths.cpu().tolist()
     return Sampled(

