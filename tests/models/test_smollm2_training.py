@@ -1,6 +1,6 @@
 """The real model end to end: SmolLM2-135M-Instruct (grouped-query attention, tied embeddings, a 49k BPE
-vocabulary with its chat template) trained for 2 RL steps through ``configs/smollm2/arith.yaml`` on the colocated
-vLLM engine, with LoRA (the merged adapter is pushed) and with every weight trained.
+vocabulary with its chat template) trained for 2 RL steps through ``configs/smollm2/arith.yaml`` with its ``vllm.yaml``
+overlay (the colocated vLLM engine), with LoRA (the merged adapter is pushed) and with every weight trained.
 
 Checked: the prompt token ids vLLM receives are the chat template's rendering of each question; every weight push
 (before each step and after the last) passes the engine's log-prob check at 1e-3, and the logged gap is far
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "smollm2" / "arith.yaml"
+VLLM_OVERLAY = ROOT / "configs" / "smollm2" / "vllm.yaml"
 FOLDER = ROOT / "models" / "SmolLM2-135M-Instruct"
 SYNC_TOLERANCE = 1e-3
 
@@ -71,7 +72,7 @@ def fit_two_steps(tmp: Path, lora: bool, monkeypatch: pytest.MonkeyPatch) -> tup
     path.write_text(yaml.safe_dump(cfg))
     spy = PromptSpy()
     monkeypatch.setattr(LLM, "generate", spy.wrap(LLM.generate))
-    cli = cli_main(["--config", str(path)], run=False, trainer_defaults={"logger": False})
+    cli = cli_main(["--config", str(path), "--config", str(VLLM_OVERLAY)], run=False, trainer_defaults={"logger": False})
     logger = MemoryLogger()
     cli.trainer.logger = logger
     before = {k: v.detach().clone() for k, v in cli.model.policy.named_parameters() if v.requires_grad}
