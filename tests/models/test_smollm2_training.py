@@ -72,7 +72,9 @@ def fit_two_steps(tmp: Path, lora: bool, monkeypatch: pytest.MonkeyPatch) -> tup
     path.write_text(yaml.safe_dump(cfg))
     spy = PromptSpy()
     monkeypatch.setattr(LLM, "generate", spy.wrap(LLM.generate))
-    cli = cli_main(["--config", str(path), "--config", str(VLLM_OVERLAY)], run=False, trainer_defaults={"logger": False})
+    cli = cli_main(
+        ["--config", str(path), "--config", str(VLLM_OVERLAY)], run=False, trainer_defaults={"logger": False}
+    )
     logger = MemoryLogger()
     cli.trainer.logger = logger
     before = {k: v.detach().clone() for k, v in cli.model.policy.named_parameters() if v.requires_grad}
