@@ -9,6 +9,10 @@ tokens (:mod:`lit_fgrpo.training.conversation_sft`), and logs ``warm_start/loss`
 (at steps ``step - steps``: before RL's step 0). Then RL starts from the warm-started policy (the engine is pushed the
 new weights before its first sample).
 
+With ``evaluate_base`` the held-out questions are first answered by the model as it was before the warm start (the
+base model): logged as ``val/*`` at the warm start's first step and shown by
+:class:`~lit_fgrpo.callbacks.PassAtKReport` as the first of three rows (base model, after the warm start, after RL).
+
 Resumable: its state goes to ``<trainer.default_root_dir>/warm_start/`` (``folder``), so a run killed during the warm
 start goes on from its last saved step, and one killed later does not train it again; ``--ckpt_path`` (an RL
 checkpoint) skips it. On its own: ``lit-fgrpo fit ... --trainer.max_steps 0`` runs the warm start and saves the
@@ -26,6 +30,7 @@ import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from typing_extensions import override
 
+from lit_fgrpo.callbacks.rollout import REPORTED, RolloutCallback
 from lit_fgrpo.data.datamodule import PromptDataModule
 from lit_fgrpo.data.transcripts import (
     BadRows,
@@ -95,6 +100,8 @@ class ConversationWarmStart(L.Callback):
         eval_every: Held-out loss every this many steps (0: before and after only).
         log_every: Loss logged every this many steps.
         checkpoint_every: Resumable state saved every this many steps (0: only when done).
+        evaluate_base: Answer the held-out questions before the warm start too (needs a ``RolloutCallback``; costs
+            one held-out evaluation): the base model's row of the report.
     """
 
     def __init__(
@@ -120,6 +127,7 @@ class ConversationWarmStart(L.Callback):
         eval_every: int = 0,
         log_every: int = 10,
         checkpoint_every: int = 50,
+        evaluate_base: bool = False,
     ) -> None:
         if transcripts is None and generator is None and steps > 0:
             raise ConfigError(f"{FLAG} needs transcripts (files) or a generator")
@@ -136,6 +144,10 @@ class ConversationWarmStart(L.Callback):
             checkpoint_every=checkpoint_every,
         )  # fmt: skip
         self.done = False
+        self.evaluate_base = evaluate_base
+        self.base_values: dict[str, float] = {}
+        """Held-out pass@k (with intervals) and the tool-call share of the model before the warm start
+        (``evaluate_base``); empty otherwise."""
 
     # ------------------------------------------------------------------ what it trains on
     def rollout_settings(self, trainer: L.Trainer) -> Any:
@@ -196,6 +208,14 @@ class ConversationWarmStart(L.Callback):
         )
         train, held_out = self.split(data.examples)
         steps = self.settings.steps
+        rollout_callbacks = [c for c in trainer.callbacks if isinstance(c, RolloutCallback)]  # type: ignore[attr-defined]
+        if self.evaluate_base:
+            if not rollout_callbacks:
+                raise ConfigError(f"{FLAG}.evaluate_base needs a RolloutCallback (the run's held-out evaluation)")
+            values = rollout_callbacks[0].evaluate_held_out(trainer, pl_module, "pass@k of the base model")
+            self.base_values = {k: v for k, v in values.items() if k.startswith(REPORTED)}
+            if trainer.logger is not None and values:
+                trainer.logger.log_metrics({f"val/{k}": v for k, v in values.items()}, step=-steps)
 
         def on_log(step: int, values: dict[str, float]) -> None:
             if trainer.logger is not None:
@@ -204,6 +224,8 @@ class ConversationWarmStart(L.Callback):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         folder = Path(self.folder) if self.folder else Path(trainer.default_root_dir) / "warm_start"
         result = conversation_warm_start(holder.policy, train, held_out, self.settings, int(pad), folder, on_log)
+        for callback in rollout_callbacks:
+            callback.policy_changed()  # its engine may hold the weights evaluated above
         skipped = sum(data.skipped.values())
         losses = f"loss {result.losses[0]:.3f} -> {result.losses[-1]:.3f}" if result.losses else "no steps"
         held_losses = sorted(result.held_out_losses.items())
@@ -217,8 +239,9 @@ class ConversationWarmStart(L.Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"done": self.done}
+        return {"done": self.done, "base_values": dict(self.base_values)}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.done = bool(state_dict.get("done", False))
+        self.base_values = dict(state_dict.get("base_values", {}))

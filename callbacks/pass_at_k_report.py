@@ -6,7 +6,9 @@ At the end of ``fit`` the two are logged as ``final/pass_at_k`` and ``final/star
 ``figures/pass_at_k.png`` (pass@k against k on a log axis, :func:`~lit_fgrpo.reporting.pass_at_k_figure`; an
 MLflow artifact of the run, or a PNG in the log dir of another logger), and written as a small table to the log,
 followed by where the figure went, and saved as ``<default_root_dir>/pass_at_k.json`` (``{"before": {...},
-"after": {...}, "step": N}``) for scripts such as ``lit-fgrpo compare``. Rank 0 only.
+"after": {...}, "step": N}``) for scripts such as ``lit-fgrpo compare``. Rank 0 only. With a
+:class:`~lit_fgrpo.callbacks.ConversationWarmStart` that evaluated the base model (``evaluate_base``) the table has
+three rows, base model, after the warm start and after RL (and the JSON a ``base`` column).
 """
 
 from __future__ import annotations
@@ -21,13 +23,22 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lit_fgrpo.callbacks.conversation_warm_start import ConversationWarmStart
 from lit_fgrpo.callbacks.rollout import RolloutCallback
 from lit_fgrpo.reporting.artifacts import log_figure
 from lit_fgrpo.reporting.pass_at_k_figure import pass_at_k_figure, pass_at_k_from_metrics
 from lit_fgrpo.reporting.run_ending import final_validation_due, resumed_at_end, run_final_validation
+from lit_fgrpo.rollout.episodes import TOOL_USE
 
-HELD_OUT = re.compile(r"^val/((?:ci95_)?pass_at_\d+)$")
-"""The metrics this callback reads (logged by the module): ``val/pass_at_<k>`` and ``val/ci95_pass_at_<k>``."""
+HELD_OUT = re.compile(rf"^val/((?:ci95_)?pass_at_\d+|{TOOL_USE})$")
+"""The metrics this callback reads (logged by the module): ``val/pass_at_<k>``, ``val/ci95_pass_at_<k>`` and, where
+the episodes have tools, ``val/tool_use``."""
+
+
+def _shown(values: dict[str, float]) -> list[str]:
+    """The values a table shows, in order: each ``pass_at_<k>`` (k ascending), then the tool-call share."""
+    ks = sorted(int(n.removeprefix("pass_at_")) for n in values if re.fullmatch(r"pass_at_\d+", n))
+    return [f"pass_at_{k}" for k in ks] + ([TOOL_USE] if TOOL_USE in values else [])
 
 
 def _cell(values: dict[str, float], name: str) -> str:
@@ -43,8 +54,21 @@ def format_report(before: dict[str, float], after: dict[str, float]) -> str:
     lines = ["held-out pass@k     " + _cell_title("before RL") + _cell_title("after RL").rstrip()]
     if intervals:
         lines[0] += "   (+- half-width of the 95 % interval over the questions)"
-    for name in (n for n in before if n.startswith("pass_at_")):
+    for name in _shown(before):
         lines.append(f"  {name:<18}{_cell(before, name)}{_cell(after, name)}".rstrip())
+    return "\n".join(lines)
+
+
+def format_stages(stages: list[tuple[str, dict[str, float]]]) -> str:
+    """One row per stage (e.g. the base model, after a warm start, after RL), one column per value: pass@k with the
+    half-width of its 95 % interval over the questions where known, and the share of episodes with a valid tool
+    call (``tool_use``) where the episodes have tools."""
+    names = _shown(stages[0][1])
+    width = max(len(label) for label, _ in stages) + 2
+    lines = [f"held-out{'':<{width - 6}}" + "".join(f"{name:<18}" for name in names).rstrip()]
+    lines += [f"  {label:<{width}}" + "".join(_cell(values, n) for n in names).rstrip() for label, values in stages]
+    if any(name.startswith("ci95_") for _, values in stages for name in values):
+        lines.append("(+- half-width of the 95 % interval over the questions)")
     return "\n".join(lines)
 
 
@@ -103,20 +127,30 @@ class PassAtKReport(L.Callback):
         if not self._validated and resumed_at_end(trainer) and final_validation_due(trainer):
             run_final_validation(trainer)
         before: dict[str, float] = {}
+        base: dict[str, float] = {}
         for callback in trainer.callbacks:  # type: ignore[attr-defined]  # set by Lightning, undeclared
             if isinstance(callback, RolloutCallback):
                 before = callback.start_pass_at_k
+            if isinstance(callback, ConversationWarmStart):
+                base = callback.base_values
         if trainer.is_global_zero and self.results_file is not None and self.after:
             # Also without a start-of-run validation (validate_at_start: false): "before" is then empty.
             path = Path(trainer.default_root_dir) / self.results_file
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"before": before, "after": self.after, "step": trainer.global_step}, indent=2))
+            results = {"before": before, "after": self.after, "step": trainer.global_step} | (
+                {"base": base} if base else {}
+            )
+            path.write_text(json.dumps(results, indent=2))
         if not before or not self.after:
             return
         if trainer.is_global_zero:
             figure = pass_at_k_figure(pass_at_k_from_metrics(before), pass_at_k_from_metrics(self.after))
             self.figure_location = log_figure(trainer.logger, figure, self.artifact_file)
-        report = format_report(before, self.after)
+        if base:
+            stages = [("base model", base), ("after the warm start", before), ("after RL", self.after)]
+            report = format_stages(stages)
+        else:
+            report = format_report(before, self.after)
         if self.figure_location is not None:
             report += f"\npass@k figure: {self.figure_location}"
         rank_zero_info(report)

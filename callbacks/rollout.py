@@ -24,9 +24,13 @@ from lit_fgrpo.engines.base import RolloutEngine
 from lit_fgrpo.rollout.async_schedule import AsyncRollouts
 from lit_fgrpo.rollout.batch import PromptBatch
 from lit_fgrpo.rollout.consumer import RolloutConsumer, check_consumer
+from lit_fgrpo.rollout.episodes import TOOL_USE
 from lit_fgrpo.rollout.rollout_settings import TEST_STREAM, TRAIN_STREAM, VAL_STREAM, RolloutSettings
 from lit_fgrpo.rollout.schedule import LogFn, StepContext, no_log
 from lit_fgrpo.rollout.source import RolloutSource, validation_batches
+
+REPORTED = ("pass_at_", "ci95_pass_at_", TOOL_USE)
+"""The held-out values the before/after report shows (the prefixes of their names)."""
 
 
 class RolloutCallback(L.Callback):
@@ -61,6 +65,28 @@ class RolloutCallback(L.Callback):
     def async_rollouts(self) -> AsyncRollouts | None:
         """The asynchronous schedule with ``max_staleness >= 1``; None on the synchronous path."""
         return self.source.asynchronous
+
+    def evaluate_held_out(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, label: str = "pass@k before RL"
+    ) -> dict[str, float]:
+        """Held-out pass@k of the policy as it is now, over every validation batch (after a push if the engine may
+        hold other weights), with the intervals and the episodes' shares (:meth:`RolloutSource.evaluate`); nothing
+        logged. Every rank calls it (the values are reduced over the ranks)."""
+        batches = self._validation_batches_after_push(trainer, pl_module)
+        ks = cast(RolloutConsumer, pl_module).pass_at_k_ks
+        return self.source.evaluate(batches, ks, trainer.global_step, pl_module.device, label)
+
+    def _validation_batches_after_push(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[Any]:
+        """The validation batches, once the engine holds the policy's weights (probed on a validation prompt when
+        there is one)."""
+        batches = validation_batches(datamodule_of(trainer))
+        probe = [record.prompt_ids for record in (list(batches[0])[:2] if batches else [])]
+        self.source.push_if_stale(self.step_context(trainer, pl_module), probe)
+        return list(batches)
+
+    def policy_changed(self) -> None:
+        """The policy's weights changed outside RL (a warm start after an evaluation): push before the next sample."""
+        self.source.mark_stale()
 
     def step_context(self, trainer: L.Trainer, pl_module: L.LightningModule) -> StepContext:
         """The trainer's state for one call of the source: step, ranks, data module, the module's timer, the log."""
@@ -99,18 +125,16 @@ class RolloutCallback(L.Callback):
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        batches = validation_batches(datamodule_of(trainer))
-        # Push now so that the start-of-run validation samples from the trained-from policy (warm-started or
-        # restored); probed on a validation prompt when there is one.
-        probe = [record.prompt_ids for record in (list(batches[0])[:2] if batches else [])]
-        self.source.push_if_stale(self.step_context(trainer, pl_module), probe)
         if self.settings.validate_at_start and trainer.global_step == 0:
-            ks = cast(RolloutConsumer, pl_module).pass_at_k_ks
-            values = self.source.evaluate(batches, ks, trainer.global_step, pl_module.device)
-            # the before/after report is pass@k's; other held-out values (an episode's first turn) are only logged
-            self.start_pass_at_k = {k: v for k, v in values.items() if k.startswith(("pass_at_", "ci95_pass_at_"))}
+            # pushes first, so that it samples from the trained-from policy (warm-started or restored)
+            values = self.evaluate_held_out(trainer, pl_module)
+            # the before/after report is pass@k's and the tool-call share's; other held-out values (an episode's
+            # first turn) are only logged
+            self.start_pass_at_k = {k: v for k, v in values.items() if k.startswith(REPORTED)}
             if values:
                 self.log({f"val/{k}": v for k, v in values.items()}, 0)
+        else:
+            self._validation_batches_after_push(trainer, pl_module)
 
     @override
     def on_train_batch_start(

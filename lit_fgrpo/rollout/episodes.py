@@ -78,6 +78,11 @@ class Scoring(Protocol):
 
 FIRST_TURN = "correct_first_turn"
 """The statistic of the episodes that are correct after one model turn (for ``retry``: right at the first attempt)."""
+TOOL_USE = "tool_use"
+"""The share of episodes with at least one valid tool call (only where the environments have tools): a model that
+"succeeds" without its tool, or never calls it, shows here."""
+EPISODE_SHARES = (FIRST_TURN, TOOL_USE)
+"""The per-episode shares a held-out evaluation reports beside pass@k, each weighted by its episodes."""
 
 
 def environment_reward(prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float | None]:
@@ -253,6 +258,8 @@ class EpisodeRollouts:
             FIRST_TURN: float(sum(bool(c) and e.turns == 1 for c, e in zip(correct, episodes))) / len(rows),
             **episode_stats(episodes, environments.all_tools()),
         }
+        if environments.all_tools():
+            stats[TOOL_USE] = float(sum(sum(e.tool_calls.values()) > 0 for e in episodes)) / len(rows)
         stats |= scored.stats(scorable=~unscorable)
         return RolloutBatch(
             input_ids=ids,
@@ -314,4 +321,13 @@ def model_token_count(episode: Episode) -> int:
     return sum(len(segment.ids) for segment in episode.segments if segment.trained)
 
 
-__all__ = ["FIRST_TURN", "EpisodeRollouts", "environment_reward", "episode_context", "last_reply", "policy_context"]
+__all__ = [
+    "EPISODE_SHARES",
+    "FIRST_TURN",
+    "TOOL_USE",
+    "EpisodeRollouts",
+    "environment_reward",
+    "episode_context",
+    "last_reply",
+    "policy_context",
+]

@@ -33,7 +33,7 @@ from lit_fgrpo.rollout.collect import RolloutCollector, pad_id_of
 from lit_fgrpo.rollout.consumer import RolloutConsumer
 from lit_fgrpo.rollout.dynamic_schedule import DynamicRollouts
 from lit_fgrpo.rollout.engine_sync import EngineSync
-from lit_fgrpo.rollout.episodes import FIRST_TURN, EpisodeRollouts, environment_reward
+from lit_fgrpo.rollout.episodes import FIRST_TURN, TOOL_USE, EpisodeRollouts, environment_reward
 from lit_fgrpo.rollout.rollout_settings import ENVIRONMENT_REWARD, VAL_STREAM, RolloutSettings
 from lit_fgrpo.rollout.schedule import LogFn, RolloutParts, Schedule, StepContext
 from lit_fgrpo.rollout.sync_schedule import SyncRollouts
@@ -163,10 +163,17 @@ class RolloutSource:
 
     @torch.no_grad()
     def evaluate(
-        self, batches: Iterable[Sequence[Any]], ks: list[int], step: int, device: torch.device | str = "cpu"
+        self,
+        batches: Iterable[Sequence[Any]],
+        ks: list[int],
+        step: int,
+        device: torch.device | str = "cpu",
+        label: str = "pass@k before RL",
     ) -> dict[str, float]:
         """pass@k over ``batches`` of validation records with the evaluation sampling ({} with no prompt) and the
-        half-width of each one's 95 % interval over the questions (``ci95_pass_at_<k>``); with an environment also ``correct_first_turn``, the share of episodes right at their first reply.
+        half-width of each one's 95 % interval over the questions (``ci95_pass_at_<k>``); with an environment also
+        ``correct_first_turn``, the share of episodes right at their first reply, and where it has tools ``tool_use``,
+        the share of episodes with a valid tool call. ``label`` names the phase on the progress bar.
 
         ``device`` is the module's: the metric's states are reduced across ranks on the trainer's process group,
         and NCCL reduces CUDA tensors only.
@@ -174,15 +181,19 @@ class RolloutSource:
         from torchmetrics.aggregation import MeanMetric
 
         metric = PassAtK(list(ks)).to(device)
-        first_turn = MeanMetric().to(device)
+        environments = self.settings.environments
+        # Every rank computes the same shares (each compute is a collective): decided by the settings, not the batches.
+        names = [] if environments is None else [FIRST_TURN] + ([TOOL_USE] if environments.all_tools() else [])
+        shares = {name: MeanMetric().to(device) for name in names}
         batches = list(batches)
         # minutes on a real validation set: a bar on a terminal, status lines in a log (lit_fgrpo.reporting.progress)
-        with progress("pass@k before RL", total=len(batches), unit="batch") as bar:
+        with progress(label, total=len(batches), unit="batch") as bar:
             for records in batches:
                 rollout = self.collect(list(records), self.settings.eval_sampling(), step, VAL_STREAM)
                 metric.update(rollout.correct.to(device))
-                if FIRST_TURN in rollout.stats:
-                    first_turn.update(rollout.stats[FIRST_TURN], weight=rollout.correct.numel())
+                for name, share in shares.items():
+                    if name in rollout.stats:
+                        share.update(rollout.stats[name], weight=rollout.correct.numel())
                 bar.update(1)
         self.finish_evaluation()
         if float(metric.num_problems) == 0:
@@ -190,9 +201,7 @@ class RolloutSource:
         result = metric.compute()
         assert isinstance(result, dict)
         values = {name: float(value) for name, value in result.items()} | metric.half_width()
-        if self.settings.environments is not None:
-            values[FIRST_TURN] = float(first_turn.compute())
-        return values
+        return values | {name: float(share.compute()) for name, share in shares.items()}
 
     # ------------------------------------------------------------------ life cycle
     def start(self, data: Any) -> None:
@@ -211,6 +220,10 @@ class RolloutSource:
         parts = self.build()
         self.engine_sync.stale = True
         self.schedule.start(parts, data)
+
+    def mark_stale(self) -> None:
+        """The policy changed outside the schedule (a warm start): the next sample or evaluation pushes first."""
+        self.engine_sync.stale = True
 
     def prepare(self, restored: bool) -> None:
         """An evaluation stage starts: the engine is built; ``restored``: a checkpoint was loaded after the build

@@ -4,7 +4,7 @@ Each held-out batch arrives with ``batch.rollout`` (attached by :class:`~lit_fgr
 unbiased pass@k of its groups accumulates over the epoch and is logged as ``val/pass_at_k`` or ``test/pass_at_k``
 at its end (``val/pass_at_1`` also on the progress bar), with the mean reward (``val/reward_mean``). A multi-turn
 episode is solved by its final verdict (the rollout's ``correct``); the share right at their first reply is logged as
-``val/correct_first_turn``.
+``val/correct_first_turn``, and where the environments have tools the share with a valid tool call as ``val/tool_use``.
 
 Every value is logged as a torchmetrics ``Metric`` (:func:`held_out_metrics`), not as a number: Lightning computes
 it at the epoch's end, where torchmetrics sums its states over the ranks first (pass@k over every rank's problems,
@@ -26,7 +26,7 @@ from typing_extensions import override
 
 from lit_fgrpo.metrics import PassAtK
 from lit_fgrpo.rollout.batch import PromptBatch, RolloutBatch
-from lit_fgrpo.rollout.episodes import FIRST_TURN
+from lit_fgrpo.rollout.episodes import EPISODE_SHARES
 
 REWARD_MEAN = "reward_mean"
 
@@ -56,11 +56,13 @@ class WeightedMean(Metric):
 
 def held_out_metrics(ks: Sequence[int]) -> nn.ModuleDict:
     """One metric per held-out value: ``pass_at_<k>`` for each k and the half-width of its 95 % interval over the
-    questions, ``ci95_pass_at_<k>`` (:class:`~lit_fgrpo.metrics.PassAtK`), the reward mean and the first-turn share
-    (:class:`WeightedMean`)."""
+    questions, ``ci95_pass_at_<k>`` (:class:`~lit_fgrpo.metrics.PassAtK`), the reward mean and the episodes' shares
+    (right at the first turn, with a valid tool call: :data:`~lit_fgrpo.rollout.episodes.EPISODE_SHARES`), each a
+    :class:`WeightedMean`."""
     metrics: dict[str, Metric] = {f"pass_at_{k}": PassAtK(int(k)) for k in ks}
     metrics |= {f"ci95_pass_at_{k}": PassAtK(int(k), statistic="ci95") for k in ks}
-    return nn.ModuleDict(metrics | {REWARD_MEAN: WeightedMean(), FIRST_TURN: WeightedMean()})
+    metrics |= {name: WeightedMean() for name in (REWARD_MEAN, *EPISODE_SHARES)}
+    return nn.ModuleDict(metrics)
 
 
 class PassAtKSteps(L.LightningModule):
@@ -80,10 +82,10 @@ class PassAtKSteps(L.LightningModule):
         reward_mean = cast(WeightedMean, self.held_out[REWARD_MEAN])
         reward_mean.update(float(torch.nanmean(rollout.rewards)), rollout.num_prompts)
         self.log(f"val/{REWARD_MEAN}", reward_mean)
-        if FIRST_TURN in rollout.stats:
-            first_turn = cast(WeightedMean, self.held_out[FIRST_TURN])
-            first_turn.update(float(rollout.stats[FIRST_TURN]), rollout.num_prompts * rollout.group_size)
-            self.log(f"val/{FIRST_TURN}", first_turn)
+        for name in (n for n in EPISODE_SHARES if n in rollout.stats):
+            share = cast(WeightedMean, self.held_out[name])
+            share.update(float(rollout.stats[name]), rollout.num_prompts * rollout.group_size)
+            self.log(f"val/{name}", share)
 
     @override
     def validation_step(self, batch: PromptBatch, batch_idx: int) -> None:

@@ -27,7 +27,7 @@ from lit_fgrpo.objectives import GroupWeight, weighted_group_advantages
 from lit_fgrpo.rewards.last_number import last_number_reward
 from lit_fgrpo.rollout import RolloutCollector
 from lit_fgrpo.rollout.batch import RolloutBatch
-from lit_fgrpo.rollout.episodes import EpisodeRollouts
+from lit_fgrpo.rollout.episodes import TOOL_USE, EpisodeRollouts
 from lit_fgrpo.rollout.group_filter import DynamicSampling
 from lit_fgrpo.rollout.rollout_settings import RolloutSettings
 from lit_fgrpo.rollout.source import RolloutSource
@@ -270,6 +270,7 @@ def test_tool_calls_run_through_the_collector_with_the_tools_in_the_prompt(envir
     assert ("Use the tools." in prompt) == (environment != "calculator")  # TRL's reset text, appended to the question
     assert batch.rewards.tolist() == [[1.0] * 4] and batch.correct.all()
     assert batch.stats["tool_calls/add"] == 4 and batch.stats["tool_calls_invalid"] == 0
+    assert batch.stats[TOOL_USE] == 1.0  # every episode made a valid call
     assert batch.conversations[0][1:] == [
         {"role": "assistant", "content": CALL},
         {"role": "tool", "content": "5"},
@@ -278,6 +279,28 @@ def test_tool_calls_run_through_the_collector_with_the_tools_in_the_prompt(envir
     env = environment_positions(batch)[0]
     env_ids = [t for t, e in zip(batch.completion_ids[0], env.tolist()) if e]
     assert tokenizer.decode(env_ids) == "\n<|im_start|>tool\n5<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [("It is 5.",), ('<tool_call>{"name": "add", "arguments": {"a": "x"}}</tool_call>', "It is 5."), (CALL, "5")],
+)
+def test_the_tool_use_share_counts_episodes_with_a_valid_call_whatever_their_reward(script: tuple[str, ...]) -> None:
+    """A right answer without the tool, or after a call the tool refused, is no tool use; reference: each
+    conversation's tool messages that are results, not error messages."""
+    settings = RolloutSettings(
+        **rollout_settings(
+            environment="calculator", reward_funcs=["last_number"], max_turn_tokens=40, max_episode_tokens=96
+        ),
+    )
+    tokenizer = chat_tokenizer()
+    episodes = EpisodeRollouts.build(settings, tokenizer, policy=None)
+    collector = RolloutCollector(ScriptedEngine(*script), tokenizer, [last_number_reward], episodes=episodes)
+    (record,) = [r for r in records(3) if r.columns["answer"] == "5"]
+    batch = collector.collect([record], settings.train_sampling())
+    used = [any(m["role"] == "tool" and m["content"] == "5" for m in c) for c in batch.conversations]
+    assert batch.correct.all()  # every episode ends with the right number
+    assert batch.stats[TOOL_USE] == sum(used) / len(used) == float(script[0] == CALL)
 
 
 @pytest.mark.parametrize("isolation", ["process", "thread"])

@@ -8,6 +8,7 @@ the held-out pass@k must agree.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -59,3 +60,22 @@ def test_ranks_sharing_one_engine_take_part_in_every_turns_round() -> None:
     commands = [([sys.executable, str(worker)], env | {"RANK": str(r), "WORLD_SIZE": "2"}) for r in range(2)]
     for rank, (status, output) in enumerate(run_processes(commands, timeout=120)):  # a hang raises TimeoutError
         assert status == 0 and "ranked episodes ok" in output, f"rank {rank}:\n{output[-3000:]}"
+
+
+def test_the_base_models_row_and_the_warm_started_row_on_two_ranks_are_one_process_rows(tmp_path: Path) -> None:
+    """``ConversationWarmStart(evaluate_base=True)`` under DDP: the base model's held-out row (before the warm start)
+    and the row before RL, with the tool-call share, reduced over the ranks, equal one process's."""
+    outs = {name: tmp_path / name for name in ("one", "ddp")}
+    commands = [
+        ([sys.executable, str(WORKER), str(outs[name]), tokenizer_folder(), "--steps", "1", "--devices", str(n),
+          "--tools"], base_env())
+        for name, n in (("one", 1), ("ddp", 2))
+    ]  # fmt: skip
+    for (argv, _), (status, output) in zip(commands, run_processes(commands, timeout=300)):
+        assert status == 0, f"{' '.join(argv[1:])} failed:\n{output[-4000:]}"
+    one = json.loads((outs["one"] / "stages0.json").read_text())
+    assert {"pass_at_1", "ci95_pass_at_1", "tool_use"} <= set(one["base"]) and set(one["start"]) == set(one["base"])
+    for rank in range(2):
+        ddp = json.loads((outs["ddp"] / f"stages{rank}.json").read_text())
+        for stage in ("base", "start"):
+            assert_same_numbers(one[stage], ddp[stage])
