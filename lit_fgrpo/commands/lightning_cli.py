@@ -132,6 +132,9 @@ def cli_main(
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     # With manual optimisation the checkpoint holds the post-step state, which is exactly what resuming needs.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization")
+    # validate/test --ckpt_path of a fit run in another --trainer.default_root_dir: the checkpoint callback's own
+    # bookkeeping, which an evaluation neither reads nor writes
+    warnings.filterwarnings("ignore", message="The dirpath has changed from")
     hide(LIGHTNING + MLFLOW)  # Lightning's cloud tips, MLflow's monitor start/stop lines (reporting/library_noise.py)
     set_parsing_settings(docstring_parse_attribute_docstrings=True, omegaconf_absolute_to_relative_paths=True)
     cache_attribute_docstrings()  # one source parse per settings class, not one per subcommand parser

@@ -375,3 +375,25 @@ def test_a_vllm_engine_start_and_three_pushes_print_only_our_lines(tmp_path: Pat
     assert not [line for line in theirs if any(message[:40] in line for _, message in HIDDEN)], theirs
     assert not [line for line in theirs if "Loading safetensors checkpoint shards" in line], theirs
     assert len([line for line in theirs if "NUMA binding" not in line]) == 0, theirs
+
+
+def test_validate_from_another_runs_checkpoint_prints_no_checkpoint_bookkeeping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``validate --ckpt_path`` of a fit run in another ``--trainer.default_root_dir``: Lightning's checkpoint
+    callback warns that its folder changed, which an evaluation neither reads nor writes."""
+    import yaml
+
+    from lit_fgrpo.cli import main
+    from tests.reliability.test_cli_errors import TINY
+
+    monkeypatch.chdir(tmp_path)
+    trainer = TINY["trainer"] | {"enable_checkpointing": True, "default_root_dir": "fit_run"}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(TINY | {"trainer": trainer}))
+    assert main(["fit", "--config", "tiny.yaml"]) == 0
+    (checkpoint,) = (tmp_path / "fit_run").rglob("*.ckpt")
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        argv = ["validate", "--config", "tiny.yaml", "--trainer.default_root_dir", "elsewhere"]
+        assert main([*argv, "--ckpt_path", str(checkpoint)]) == 0
+    assert [str(r.message) for r in records if "dirpath" in str(r.message)] == []
