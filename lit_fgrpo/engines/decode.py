@@ -19,6 +19,7 @@ or hybrid caches (Mistral's default 4,096 window, Gemma 2/3, linear-attention hy
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from transformers.cache_utils import Cache
 from lit_fgrpo.engines.lean_step import SharedPromptCache, decode_step
 from lit_fgrpo.engines.lean_weights import LeanWeights, lean_weights
 from lit_fgrpo.engines.prefill import PreallocatedLayer, left_pad, prefill
+from lit_fgrpo.engines.prepared_weights import PreparedWeights
 from lit_fgrpo.engines.row_sampling import RowSampler
 
 
@@ -117,6 +119,7 @@ def sample_rows(
     stop_ids: set[int],
     pad_token_id: int,
     lean: bool = True,
+    prepared: PreparedWeights | None = None,
 ) -> Sampled:
     """Sample one completion per row; row ``r`` continues ``prompts[row_prompt[r]]`` with ``sampler``'s seed ``r``.
 
@@ -130,6 +133,9 @@ def sample_rows(
         pad_token_id: fills the left padding of shorter prompts (masked out).
         lean: decode with :mod:`~lit_fgrpo.engines.lean_step` where the model allows it
             (:func:`~lit_fgrpo.engines.lean_weights.lean_weights`); False always steps through the model's forward.
+        prepared: the lean step multiplies by the projections' weights through these copies (packed, maybe
+            bfloat16: :mod:`~lit_fgrpo.engines.prepared_weights`); None uses the weights as they are. Unused off
+            the lean step.
     """
     if max_tokens < 1 or not row_prompt:
         return Sampled(
@@ -138,7 +144,15 @@ def sample_rows(
     layers = full_attention_layers(model)
     if layers is None:
         raise ValueError(f"sample_rows: {type(model).__name__} has no plain full-attention cache; use generate")
-    weights = lean_weights(model) if lean else None
+    with nullcontext() if prepared is None else prepared.swapped_into(model):
+        return _sample(model, prompts, row_prompt, sampler, max_tokens, stop_ids, pad_token_id, lean, prepared, layers)
+
+
+def _sample(
+    model: nn.Module, prompts: list[list[int]], row_prompt: list[int], sampler: RowSampler, max_tokens: int,
+    stop_ids: set[int], pad_token_id: int, lean: bool, prepared: PreparedWeights | None, layers: int,
+) -> Sampled:  # fmt: skip
+    weights = lean_weights(model, prepared) if lean else None
     device = next(model.parameters()).device
     first = prefill(model, prompts, pad_token_id, layers, 0 if weights is not None else max_tokens)
     expand = torch.tensor(row_prompt, dtype=torch.long, device=device)  # (R,)

@@ -30,6 +30,7 @@ from torch import nn
 from lit_fgrpo.distributed.rank_layout import SEED_BITS, prompt_seed
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.decode import left_pad, sample_rows, supports_own_loop
+from lit_fgrpo.engines.prepared_weights import DecodeDtype, PreparedWeights, resolve_decode_dtype
 from lit_fgrpo.engines.row_sampling import RowSampler
 from lit_fgrpo.engines.threads import Threads, check_threads, generation_threads
 from lit_fgrpo.engines.trainer_logprobs import policy_logprobs
@@ -73,6 +74,12 @@ class HFEngine(RolloutEngine):
         threads: torch threads while generating, the trainer's count restored after: None keeps torch's count
             (by default every core), ``"auto"`` takes the cores no other process keeps busy
             (:func:`~lit_fgrpo.engines.threads.free_cores`).
+        decode_dtype: the dtype of the lean step's projections: ``"float32"`` (the model's own), ``"bfloat16"``
+            (activations, attention and LoRA stay float32: :mod:`~lit_fgrpo.engines.prepared_weights`), or
+            ``"auto"`` (bfloat16 where the device multiplies it natively). Models off the lean step decode in their own
+            dtype.
+        pack_weights: multiply by oneDNN-packed copies of the weights where that pays back (frozen weights, and
+            every weight cast to bfloat16); the same numbers as ``F.linear``, at the memory of the copies.
     """
 
     has_own_weights = False  # it samples with the trainer's policy module itself
@@ -86,10 +93,13 @@ class HFEngine(RolloutEngine):
         own_loop: bool = True,
         lean: bool = True,
         threads: Threads = None,
+        decode_dtype: DecodeDtype = "float32",
+        pack_weights: bool = True,
     ) -> None:
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         check_threads(threads, "threads")
+        resolve_decode_dtype(decode_dtype, torch.device("cpu"), "decode_dtype")  # a bad value fails here
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.eos_token_id = int(eos_token_id)
@@ -97,6 +107,25 @@ class HFEngine(RolloutEngine):
         self.own_loop = bool(own_loop)
         self.lean = bool(lean)
         self.threads = threads
+        self.decode_dtype = decode_dtype
+        self.pack_weights = bool(pack_weights)
+        self._prepared: PreparedWeights | None = None
+
+    def prepared_weights(self) -> PreparedWeights | None:
+        """The lean step's prepared weight copies (kept across calls while their weights are unchanged), or None
+        when the step uses the weights as they are (float32 without packing, or a device other than the CPU)."""
+        dtype = resolve_decode_dtype(self.decode_dtype, self.device, "decode_dtype")
+        pack = self.pack_weights and self.device.type == "cpu"
+        if dtype is None and not pack:
+            return None
+        if self._prepared is None or self._prepared.dtype != dtype or self._prepared.pack != pack:
+            self._prepared = PreparedWeights(dtype, pack)
+        return self._prepared
+
+    def sleep(self) -> None:
+        """Before the optimizer step: drop the prepared copies of the weights it changes (frozen ones stay)."""
+        if self._prepared is not None:
+            self._prepared.release_trainable()
 
     @property
     def device(self) -> torch.device:
@@ -106,6 +135,7 @@ class HFEngine(RolloutEngine):
         """No-op: the engine samples with the trainer's module itself (a different module is adopted)."""
         if model is not self.model:
             self.model = model
+            self._prepared = None
 
     def _generation_config(self, sampling: SamplingConfig, stop_ids: list[int]) -> Any:
         from transformers import GenerationConfig
@@ -157,6 +187,7 @@ class HFEngine(RolloutEngine):
         logprobs: list[list[float]] = []
         finished: list[bool] = []
         own_loop = self.own_loop and supports_own_loop(self.model) and all(prompt_ids)
+        prepared = self.prepared_weights() if own_loop and self.lean else None
         with eval_mode(self.model), generation_threads(self.threads):
             for start in range(0, len(rows), self.chunk_size):
                 end = min(start + self.chunk_size, len(rows))
@@ -167,7 +198,7 @@ class HFEngine(RolloutEngine):
                     row_prompt = [r // sampling.n - first for r in range(start, end)]
                     out = sample_rows(
                         self.model, prompt_ids[first : last + 1], row_prompt, sampler, sampling.max_tokens, stop_set,
-                        self.pad_token_id, self.lean,
+                        self.pad_token_id, self.lean, prepared,
                     )  # fmt: skip
                     completions += out.tokens
                     logprobs += out.logprobs

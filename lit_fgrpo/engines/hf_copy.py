@@ -20,6 +20,7 @@ from torch import nn
 
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.hf import HFEngine
+from lit_fgrpo.engines.prepared_weights import DecodeDtype
 
 
 class HFCopyEngine(RolloutEngine):
@@ -30,14 +31,22 @@ class HFCopyEngine(RolloutEngine):
         pad_token_id: id used for left-padding prompts.
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
+        decode_dtype: the decoding matmuls' dtype (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
 
-    def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        pad_token_id: int,
+        eos_token_id: int,
+        chunk_size: int = 512,
+        decode_dtype: DecodeDtype = "float32",
+    ) -> None:
         copied = copy.deepcopy(model).eval()
         copied.requires_grad_(False)
-        self._inner = HFEngine(copied, pad_token_id, eos_token_id, chunk_size)
+        self._inner = HFEngine(copied, pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype)
 
     @property
     def model(self) -> nn.Module:

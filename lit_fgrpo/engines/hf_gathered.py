@@ -19,6 +19,7 @@ from torch import nn
 from lit_fgrpo.distributed.full_copy import load_full_weights, unsharded_copy
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.hf import HFEngine
+from lit_fgrpo.engines.prepared_weights import DecodeDtype
 
 
 class GatheredHFEngine(RolloutEngine):
@@ -29,12 +30,20 @@ class GatheredHFEngine(RolloutEngine):
         pad_token_id: id used for left-padding prompts.
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
+        decode_dtype: the decoding matmuls' dtype (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
 
-    def __init__(self, model: nn.Module, pad_token_id: int, eos_token_id: int, chunk_size: int = 512) -> None:
-        self._inner = HFEngine(unsharded_copy(model), pad_token_id, eos_token_id, chunk_size)
+    def __init__(
+        self,
+        model: nn.Module,
+        pad_token_id: int,
+        eos_token_id: int,
+        chunk_size: int = 512,
+        decode_dtype: DecodeDtype = "float32",
+    ) -> None:
+        self._inner = HFEngine(unsharded_copy(model), pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype)
         self.num_pushed = 0
         """Tensors copied in by the last push (every weight of the policy, LoRA merged)."""
 

@@ -8,16 +8,22 @@ active adapter's ``A``, ``B`` and scale, applied as ``y = x Wᵀ + b + s · (x A
 Anything else returns None and the engine keeps its generic loop (:func:`~lit_fgrpo.engines.decode.sample_rows`):
 another architecture, an activation other than SiLU, DoRA or other LoRA variants, ``fan_in_fan_out`` or LoRA biases,
 an adapted embedding or output layer.
+
+With :class:`~lit_fgrpo.engines.prepared_weights.PreparedWeights` the base weights are multiplied the prepared way
+(oneDNN-packed, optionally bfloat16: :mod:`~lit_fgrpo.engines.prepared_weights`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from lit_fgrpo.engines.prepared_weights import PreparedWeights
 
 LEAN_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 """``config.model_type`` values whose decoder layer the lean step reproduces."""
@@ -31,9 +37,16 @@ class LeanLinear:
     bias: Tensor | None = None
     lora: list[tuple[Tensor, Tensor, float]] = field(default_factory=list)
     """``(A, B, scale)`` per active adapter: A is (r, in), B is (out, r)."""
+    prepared: Callable[[Tensor], Tensor] | None = None
+    """``x -> x Wᵀ`` on a prepared copy of ``weight`` (packed, maybe bfloat16), used instead of ``weight``."""
 
     def __call__(self, x: Tensor) -> Tensor:
-        out = F.linear(x, self.weight, self.bias)  # (..., out)
+        if self.prepared is None:
+            out = F.linear(x, self.weight, self.bias)  # (..., out)
+        else:
+            out = self.prepared(x)  # (..., out)
+            if self.bias is not None:
+                out = out + self.bias
         for a, b, scale in self.lora:
             out = out + F.linear(F.linear(x, a), b) * scale
         return out
@@ -72,8 +85,15 @@ class LeanWeights:
     scaling: float
 
 
-def _linear(module: nn.Module) -> LeanLinear | None:
+def _linear(module: nn.Module, prepared: PreparedWeights | None) -> LeanLinear | None:
     """A plain ``nn.Linear`` or a PEFT LoRA ``Linear`` as a :class:`LeanLinear`; None for anything else."""
+    lean = _plain_or_lora(module)
+    if lean is not None and prepared is not None:
+        lean.prepared = prepared.get(lean.weight)
+    return lean
+
+
+def _plain_or_lora(module: nn.Module) -> LeanLinear | None:
     if type(module) is nn.Linear:
         return LeanLinear(module.weight, module.bias)
     base = getattr(module, "base_layer", None)
@@ -94,10 +114,10 @@ def _linear(module: nn.Module) -> LeanLinear | None:
     return LeanLinear(base.weight, base.bias, lora)
 
 
-def _layer(block: Any) -> LeanLayer | None:
+def _layer(block: Any, prepared: PreparedWeights | None) -> LeanLayer | None:
     attn, mlp = block.self_attn, block.mlp
-    linears = [_linear(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
-    linears += [_linear(m) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
+    linears = [_linear(m, prepared) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
+    linears += [_linear(m, prepared) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
     if any(lin is None for lin in linears):
         return None
     q, k, v, o, gate, up, down = linears
@@ -109,11 +129,12 @@ def _layer(block: Any) -> LeanLayer | None:
     )  # fmt: skip
 
 
-def lean_weights(model: nn.Module) -> LeanWeights | None:
+def lean_weights(model: nn.Module, prepared: PreparedWeights | None = None) -> LeanWeights | None:
     """The decoder of ``model`` as :class:`LeanWeights`, or None when the lean step cannot reproduce it.
 
     For models whose every layer caches full attention (:func:`~lit_fgrpo.engines.decode.supports_own_loop`, which
-    the caller checks first: a sliding window is not looked for here).
+    the caller checks first: a sliding window is not looked for here). With ``prepared`` the projections' base weights
+    are multiplied through its copies where it makes one (:attr:`LeanLinear.prepared`).
     """
     wrapper: Any = model
     causal: Any = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else wrapper
@@ -123,10 +144,10 @@ def lean_weights(model: nn.Module) -> LeanWeights | None:
         return None
     if getattr(config, "hidden_act", None) != "silu":
         return None
-    head = _linear(causal.get_output_embeddings())
+    head = _linear(causal.get_output_embeddings(), prepared)
     if head is None or type(decoder.embed_tokens) is not nn.Embedding or not hasattr(decoder, "rotary_emb"):
         return None
-    layers = [_layer(block) for block in decoder.layers]
+    layers = [_layer(block, prepared) for block in decoder.layers]
     if any(layer is None for layer in layers):
         return None
     attn = decoder.layers[0].self_attn

@@ -22,6 +22,7 @@ from torch import nn
 
 from lit_fgrpo.engines.base import RolloutEngine
 from lit_fgrpo.engines.decode import supports_own_loop
+from lit_fgrpo.engines.prepared_weights import DecodeDtype
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.reporting.notices import notice
 
@@ -138,6 +139,7 @@ def build_engine(
     pad_token_id: int | None = None,
     eos_token_id: int | None = None,
     hf_chunk_size: int = 512,
+    decode_dtype: DecodeDtype = "float32",
     **vllm_kwargs: Any,
 ) -> RolloutEngine:
     """Build the rollout engine for ``model``.
@@ -159,6 +161,7 @@ def build_engine(
         pad_token_id: padding id for HF (default: the tokenizer's pad, else its EOS).
         eos_token_id: EOS id (default: the tokenizer's).
         hf_chunk_size: most rows per ``generate`` call for the HF engine.
+        decode_dtype: the HF engines' decoding matmuls (:class:`~lit_fgrpo.engines.hf.HFEngine`); unused by vLLM.
         **vllm_kwargs: forwarded to :class:`~lit_fgrpo.engines.vllm_engine.VLLMEngine`.
 
     Raises:
@@ -218,11 +221,17 @@ def build_engine(
     if is_sharded(model):  # FSDP2: the ranks cannot sample with the sharded policy itself (issue 24)
         from lit_fgrpo.engines.hf_gathered import GatheredHFEngine
 
-        return GatheredHFEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
+        return GatheredHFEngine(
+            model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+        )
     if kind == "hf_copy":
         from lit_fgrpo.engines.hf_copy import HFCopyEngine
 
-        return HFCopyEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
+        return HFCopyEngine(
+            model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+        )
     from lit_fgrpo.engines.hf import HFEngine
 
-    return HFEngine(model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size)
+    return HFEngine(
+        model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+    )

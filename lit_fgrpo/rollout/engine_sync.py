@@ -23,6 +23,7 @@ from torch import nn
 
 from lit_fgrpo.distributed import fail_together
 from lit_fgrpo.engines.base import RolloutEngine
+from lit_fgrpo.engines.prepared_weights import DecodeDtype
 from lit_fgrpo.engines.trainer_logprobs import check_policy_sync
 from lit_fgrpo.rollout.batch import RolloutBatch
 from lit_fgrpo.rollout.collect import pad_id_of
@@ -42,6 +43,7 @@ class EngineSync:
         sync_tolerance: largest allowed |logp_engine - logp_trainer| on the probe; None: by the policy's dtype
             (:func:`~lit_fgrpo.engines.sync_check.default_sync_tolerance`).
         probe_rows: rows of the last rollout used as the probe (0 disables the check).
+        decode_dtype: the HF engines' decoding matmuls (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     def __init__(
@@ -51,9 +53,11 @@ class EngineSync:
         hf_chunk_size: int,
         sync_tolerance: float | None,
         probe_rows: int,
+        decode_dtype: DecodeDtype = "float32",
     ) -> None:
         self.kind, self.engine_kwargs, self.hf_chunk_size = kind, engine_kwargs, hf_chunk_size
         self.sync_tolerance, self.probe_rows = sync_tolerance, probe_rows
+        self.decode_dtype: DecodeDtype = decode_dtype
         self.engine: RolloutEngine | None = None
         self.last_sync_step = -1
         """The global step of the last push (-1: none yet); checkpointed by the callback."""
@@ -70,8 +74,9 @@ class EngineSync:
         if self.engine is None:
             self._workdir = tempfile.TemporaryDirectory(prefix="lit_fgrpo_engine_")
             self.engine = build_engine(
-                self.kind, policy, tokenizer, self._workdir.name, hf_chunk_size=self.hf_chunk_size, **self.engine_kwargs
-            )
+                self.kind, policy, tokenizer, self._workdir.name, hf_chunk_size=self.hf_chunk_size,
+                decode_dtype=self.decode_dtype, **self.engine_kwargs,
+            )  # fmt: skip
             self.policy, self.tokenizer = policy, tokenizer
         return self.engine
 

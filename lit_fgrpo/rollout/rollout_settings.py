@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from lit_fgrpo.engines.base import SamplingConfig
+from lit_fgrpo.engines.prepared_weights import DECODE_DTYPES, DecodeDtype
 from lit_fgrpo.environments.base import EnvironmentSet, load_environments
 from lit_fgrpo.environments.call_formats import ToolCallFormat, call_format
 from lit_fgrpo.environments.chat_template import load_chat_template, template_kwargs
@@ -83,6 +84,11 @@ class RolloutSettings:
     """Extra keyword arguments for the vLLM engine (gpu_memory_utilization, dtype, max_model_len, ...)."""
     hf_chunk_size: int = 512
     """Most rows per HF ``generate`` call."""
+    decode_dtype: DecodeDtype = "float32"
+    """The HF engine's decoding matmuls: ``float32`` (the model's own dtype), ``bfloat16`` (weights and matmul inputs
+    in bfloat16, activations, attention and LoRA in float32; the sampling log-probs are the bfloat16 policy's, the
+    gap to the trainer's logged as ``rollout/logprob_mismatch``), or ``auto`` (bfloat16 where the device multiplies
+    it natively: AVX512-BF16 or AMX on a CPU). For the vLLM engines set ``engine_kwargs.dtype`` instead."""
     seed: int = 0
     """Base sampling seed: prompt p at step s samples with ``prompt_seed(seed, p.position, s, stream)``."""
     reward_timeout: float | None = None
@@ -150,6 +156,15 @@ class RolloutSettings:
             raise ConfigError(
                 f"{where}.engine_kwargs {sorted(self.engine_kwargs)} are vLLM options; engine {self.engine!r} does not "
                 "use them (drop engine_kwargs, or choose engine: vllm)"
+            )
+        if self.decode_dtype not in DECODE_DTYPES:
+            raise ConfigError(
+                f"{where}.decode_dtype must be one of {', '.join(DECODE_DTYPES)}; got {self.decode_dtype!r}"
+            )
+        if self.decode_dtype != "float32" and self.engine in ("vllm", "vllm_server"):
+            raise ConfigError(
+                f"{where}.decode_dtype {self.decode_dtype!r} is for the HF engines; engine {self.engine!r} takes "
+                "engine_kwargs.dtype"
             )
         if self.sampling.n < 2:
             raise ConfigError(

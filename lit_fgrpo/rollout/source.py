@@ -66,6 +66,7 @@ class RolloutSource:
             settings.hf_chunk_size,
             settings.sync_tolerance,
             settings.sync_probe_rows,
+            decode_dtype=settings.decode_dtype,
         )
         """The engine, its weight pushes and their check (built at the first use after :meth:`bind`)."""
         self._reward_funcs = [reward_function(name) for name in settings.reward_names]
