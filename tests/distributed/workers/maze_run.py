@@ -258,6 +258,7 @@ def main() -> None:
     parser.add_argument("--beta", type=float, default=0.0, help="KL coefficient (> 0: a frozen reference)")
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan", "nangrad"], default="rollout")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters (r 4) instead of all weights")
+    parser.add_argument("--decode-dtype", default="float32", help="--rollout.decode_dtype (the HF engine's matmuls)")
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
     parser.add_argument(
@@ -267,6 +268,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step, args.strategy)
     settings["model"]["beta"] = args.beta
+    settings["rollout"]["decode_dtype"] = args.decode_dtype
     if args.lora:  # the reference is then the policy with its adapters disabled
         settings["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
     trainer, callbacks = settings["trainer"], settings["trainer"]["callbacks"]
