@@ -152,7 +152,9 @@ class PreparedWeights:
         else:
 
             def run(x: Tensor, w: Tensor = copy) -> Tensor:
-                return F.linear(x.to(w.dtype), w).to(x.dtype)
+                # as rows: a 3-D bfloat16 input would make torch copy the transposed weight into a batch of one
+                flat = x.reshape(-1, x.shape[-1]).to(w.dtype)  # (N, in)
+                return F.linear(flat, w).to(x.dtype).view(*x.shape[:-1], -1)
 
         self._held[key] = (weight, ptr, version, copy, run)  # the weight is held too, so that its id stays its own
         self.prepared += 1
