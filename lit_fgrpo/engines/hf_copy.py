@@ -20,7 +20,7 @@ from torch import nn
 
 from lit_fgrpo.engines.base import Generation, RolloutEngine, SamplingConfig
 from lit_fgrpo.engines.hf import HFEngine
-from lit_fgrpo.engines.prepared_weights import DecodeDtype
+from lit_fgrpo.engines.prepared_weights import DecodeDtype, PreparedWeights
 
 
 class HFCopyEngine(RolloutEngine):
@@ -32,6 +32,7 @@ class HFCopyEngine(RolloutEngine):
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
         decode_dtype: the decoding matmuls' dtype (:class:`~lit_fgrpo.engines.hf.HFEngine`).
+        pack_weights: multiply frozen weights by packed copies (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
@@ -43,10 +44,17 @@ class HFCopyEngine(RolloutEngine):
         eos_token_id: int,
         chunk_size: int = 512,
         decode_dtype: DecodeDtype = "float32",
+        pack_weights: bool = True,
     ) -> None:
         copied = copy.deepcopy(model).eval()
         copied.requires_grad_(False)
-        self._inner = HFEngine(copied, pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype)
+        self._inner = HFEngine(
+            copied, pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype, pack_weights=pack_weights
+        )
+
+    def prepared_weights(self) -> PreparedWeights | None:
+        """The inner engine's prepared weight copies (:meth:`lit_fgrpo.engines.hf.HFEngine.prepared_weights`)."""
+        return self._inner.prepared_weights()
 
     @property
     def model(self) -> nn.Module:

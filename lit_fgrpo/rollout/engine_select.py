@@ -140,6 +140,7 @@ def build_engine(
     eos_token_id: int | None = None,
     hf_chunk_size: int = 512,
     decode_dtype: DecodeDtype = "float32",
+    pack_weights: bool = True,
     **vllm_kwargs: Any,
 ) -> RolloutEngine:
     """Build the rollout engine for ``model``.
@@ -162,6 +163,7 @@ def build_engine(
         eos_token_id: EOS id (default: the tokenizer's).
         hf_chunk_size: most rows per ``generate`` call for the HF engine.
         decode_dtype: the HF engines' decoding matmuls (:class:`~lit_fgrpo.engines.hf.HFEngine`); unused by vLLM.
+        pack_weights: the HF engines multiply frozen weights by oneDNN-packed copies; unused by vLLM.
         **vllm_kwargs: forwarded to :class:`~lit_fgrpo.engines.vllm_engine.VLLMEngine`.
 
     Raises:
@@ -222,16 +224,31 @@ def build_engine(
         from lit_fgrpo.engines.hf_gathered import GatheredHFEngine
 
         return GatheredHFEngine(
-            model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+            model,
+            pad_token_id=pad_id,
+            eos_token_id=int(eos),
+            chunk_size=hf_chunk_size,
+            decode_dtype=decode_dtype,
+            pack_weights=pack_weights,
         )
     if kind == "hf_copy":
         from lit_fgrpo.engines.hf_copy import HFCopyEngine
 
         return HFCopyEngine(
-            model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+            model,
+            pad_token_id=pad_id,
+            eos_token_id=int(eos),
+            chunk_size=hf_chunk_size,
+            decode_dtype=decode_dtype,
+            pack_weights=pack_weights,
         )
     from lit_fgrpo.engines.hf import HFEngine
 
     return HFEngine(
-        model, pad_token_id=pad_id, eos_token_id=int(eos), chunk_size=hf_chunk_size, decode_dtype=decode_dtype
+        model,
+        pad_token_id=pad_id,
+        eos_token_id=int(eos),
+        chunk_size=hf_chunk_size,
+        decode_dtype=decode_dtype,
+        pack_weights=pack_weights,
     )

@@ -44,6 +44,7 @@ class EngineSync:
             (:func:`~lit_fgrpo.engines.sync_check.default_sync_tolerance`).
         probe_rows: rows of the last rollout used as the probe (0 disables the check).
         decode_dtype: the HF engines' decoding matmuls (:class:`~lit_fgrpo.engines.hf.HFEngine`).
+        pack_weights: the HF engines multiply frozen weights by packed copies.
     """
 
     def __init__(
@@ -54,10 +55,12 @@ class EngineSync:
         sync_tolerance: float | None,
         probe_rows: int,
         decode_dtype: DecodeDtype = "float32",
+        pack_weights: bool = True,
     ) -> None:
         self.kind, self.engine_kwargs, self.hf_chunk_size = kind, engine_kwargs, hf_chunk_size
         self.sync_tolerance, self.probe_rows = sync_tolerance, probe_rows
         self.decode_dtype: DecodeDtype = decode_dtype
+        self.pack_weights = pack_weights
         self.engine: RolloutEngine | None = None
         self.last_sync_step = -1
         """The global step of the last push (-1: none yet); checkpointed by the callback."""
@@ -75,7 +78,7 @@ class EngineSync:
             self._workdir = tempfile.TemporaryDirectory(prefix="lit_fgrpo_engine_")
             self.engine = build_engine(
                 self.kind, policy, tokenizer, self._workdir.name, hf_chunk_size=self.hf_chunk_size,
-                decode_dtype=self.decode_dtype, **self.engine_kwargs,
+                decode_dtype=self.decode_dtype, pack_weights=self.pack_weights, **self.engine_kwargs,
             )  # fmt: skip
             self.policy, self.tokenizer = policy, tokenizer
         return self.engine

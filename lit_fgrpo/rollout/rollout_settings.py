@@ -89,6 +89,10 @@ class RolloutSettings:
     in bfloat16, activations, attention and LoRA in float32; the sampling log-probs are the bfloat16 policy's, the
     gap to the trainer's logged as ``rollout/logprob_mismatch``), or ``auto`` (bfloat16 where the device multiplies
     it natively: AVX512-BF16 or AMX on a CPU). For the vLLM engines set ``engine_kwargs.dtype`` instead."""
+    pack_weights: bool = True
+    """On a CPU, the HF engine multiplies frozen weights (LoRA's base) by oneDNN-packed copies made once per run: the
+    same numbers up to float rounding, faster decoding (SmolLM2-135M: docs/generation-profile.md), at the memory of
+    the copies (the frozen weights' bytes again in float32, half that in bfloat16). false: no copies."""
     seed: int = 0
     """Base sampling seed: prompt p at step s samples with ``prompt_seed(seed, p.position, s, stream)``."""
     reward_timeout: float | None = None

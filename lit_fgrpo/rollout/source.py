@@ -67,6 +67,7 @@ class RolloutSource:
             settings.sync_tolerance,
             settings.sync_probe_rows,
             decode_dtype=settings.decode_dtype,
+            pack_weights=settings.pack_weights,
         )
         """The engine, its weight pushes and their check (built at the first use after :meth:`bind`)."""
         self._reward_funcs = [reward_function(name) for name in settings.reward_names]

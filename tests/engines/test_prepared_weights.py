@@ -9,6 +9,7 @@ every in-place change of its weight, and the copies of trainable weights leave a
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -192,3 +193,18 @@ def test_the_decode_dtype_setting_resolves_and_names_its_flag() -> None:
         HFEngine(hf_engine_model("llama"), PAD, EOS, decode_dtype="half")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="decode_dtype 'bfloat16' is for the HF engines.*engine_kwargs.dtype"):
         RolloutSettings(engine="vllm", decode_dtype="bfloat16")
+
+
+@pytest.mark.parametrize("kind", ["hf", "hf_copy"])
+def test_the_rollout_settings_reach_the_engine(kind: str) -> None:
+    from lit_fgrpo.rollout.engine_select import build_engine
+
+    model = lora_model()
+    settings = RolloutSettings(engine=kind, decode_dtype="bfloat16", pack_weights=False)
+    engine: Any = build_engine(
+        kind, model, None, pad_token_id=PAD, eos_token_id=EOS, decode_dtype=settings.decode_dtype,
+        pack_weights=settings.pack_weights,
+    )  # fmt: skip
+    prepared = engine.prepared_weights()
+    assert prepared is not None and prepared.dtype is torch.bfloat16 and not prepared.pack
+    assert build_engine("hf", model, None, pad_token_id=PAD, eos_token_id=EOS).prepared_weights().pack  # type: ignore[attr-defined]
