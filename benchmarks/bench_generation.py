@@ -7,8 +7,8 @@ Contenders, each a fresh process per repetition (order alternating), on SmolLM2-
              (``lit_fgrpo/engines/lean_step.py``: one copy of each prompt's keys and values, no head copies).
   hf_forward the same loop stepping through the model's own forward (``HFEngine(lean=False)``, the loop before it).
   hf_frozen  ``hf`` on the model with every parameter frozen (LoRA's base, an evaluation-only model): the lean step
-             multiplies by oneDNN-packed copies of the weights (``lit_fgrpo/engines/prepared_weights.py``), the same
-             tokens as ``hf``.
+             multiplies by oneDNN-packed copies of the weights (``lit_fgrpo/engines/prepared_weights.py``): ``hf``'s
+             tokens up to rounding (on the eval batch a few near-tied draws flip: 14,140 tokens against 14,151).
   hf_bf16    ``hf`` with ``decode_dtype="bfloat16"`` (projections in bfloat16, the rest float32), the engine's
              ``sleep`` before every call as the trainer's optimizer step does, so each call casts the trainable
              weights again (what a full fine-tuning step pays); other tokens than float32's.
@@ -74,7 +74,14 @@ CONTENDERS = (
 BASELINE = {"engine": "vllm", "collector": "vllm", "server": "http", "hf": "hf_forward", "engine_noprefix": "engine",
             "hf_frozen": "hf", "hf_bf16": "hf"}  # fmt: skip
 """A contender's reference, where it has one in the run: its overhead (or gain) is printed against it."""
-FAMILY = {"hf": "hf", "hf_forward": "hf", "hf_frozen": "hf", "hf_bf16": "hf_bf16", "http": "server", "server": "server"}
+FAMILY = {
+    "hf": "hf",
+    "hf_forward": "hf",
+    "hf_frozen": "hf_frozen",
+    "hf_bf16": "hf_bf16",
+    "http": "server",
+    "server": "server",
+}
 """Contenders that draw the same tokens for the same seeds (the in-process vLLM ones are family "vllm")."""
 BATCHES = {"eval": (64, 16, 16), "rollout": (8, 8, 16)}
 """Named (prompts, samples, max tokens): configs/smollm2/arith.yaml's evaluation call and training rollout."""
