@@ -67,7 +67,10 @@ def test_the_loss_is_the_assistant_tokens_cross_entropy_with_the_shared_prompt_r
     reference = sum(reference_loss_sum(policy, ids, mask) for ids, mask in hand)
     (ref_grad,) = torch.autograd.grad(reference, [policy.model.embed_tokens.weight])
     torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-4)
-    torch.testing.assert_close(grad, ref_grad, rtol=1e-4, atol=1e-6)
+    # Relative to the gradient's largest entry (about 28 here): the shared-prompt pass sums in another order, and an
+    # entry near 0 can differ by a few float32 ulps of the large ones (measured 2.1e-7 of the largest on an AMD EPYC,
+    # where atol 1e-6 failed); a wrong mask or position would differ by the size of the gradient itself.
+    assert float((grad - ref_grad).abs().max()) <= 1e-5 * float(ref_grad.abs().max())
 
 
 def test_pack_rows_right_pads_the_rest_and_masks_only_trained_positions() -> None:
