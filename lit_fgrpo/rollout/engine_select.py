@@ -220,35 +220,18 @@ def build_engine(
     pad_id = int(eos if pad is None else pad)
     from lit_fgrpo.distributed.weight_gather import is_sharded
 
+    hf_options: dict[str, Any] = {
+        "pad_token_id": pad_id, "eos_token_id": int(eos), "chunk_size": hf_chunk_size, "decode_dtype": decode_dtype,
+        "pack_weights": pack_weights,
+    }  # fmt: skip
     if is_sharded(model):  # FSDP2: the ranks cannot sample with the sharded policy itself (issue 24)
         from lit_fgrpo.engines.hf_gathered import GatheredHFEngine
 
-        return GatheredHFEngine(
-            model,
-            pad_token_id=pad_id,
-            eos_token_id=int(eos),
-            chunk_size=hf_chunk_size,
-            decode_dtype=decode_dtype,
-            pack_weights=pack_weights,
-        )
+        return GatheredHFEngine(model, **hf_options)
     if kind == "hf_copy":
         from lit_fgrpo.engines.hf_copy import HFCopyEngine
 
-        return HFCopyEngine(
-            model,
-            pad_token_id=pad_id,
-            eos_token_id=int(eos),
-            chunk_size=hf_chunk_size,
-            decode_dtype=decode_dtype,
-            pack_weights=pack_weights,
-        )
+        return HFCopyEngine(model, **hf_options)
     from lit_fgrpo.engines.hf import HFEngine
 
-    return HFEngine(
-        model,
-        pad_token_id=pad_id,
-        eos_token_id=int(eos),
-        chunk_size=hf_chunk_size,
-        decode_dtype=decode_dtype,
-        pack_weights=pack_weights,
-    )
+    return HFEngine(model, **hf_options)
