@@ -32,7 +32,6 @@ class HFCopyEngine(RolloutEngine):
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
         decode_dtype: the decoding matmuls' dtype (:class:`~lit_fgrpo.engines.hf.HFEngine`).
-        pack_weights: multiply frozen weights by packed copies (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
@@ -44,12 +43,11 @@ class HFCopyEngine(RolloutEngine):
         eos_token_id: int,
         chunk_size: int = 512,
         decode_dtype: DecodeDtype = "float32",
-        pack_weights: bool = True,
     ) -> None:
         copied = copy.deepcopy(model).eval()
         copied.requires_grad_(False)
         self._inner = HFEngine(
-            copied, pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype, pack_weights=pack_weights
+            copied, pad_token_id, eos_token_id, chunk_size, decode_dtype=decode_dtype, pack_weights=False
         )
 
     def prepared_weights(self) -> PreparedWeights | None:

@@ -31,7 +31,6 @@ class GatheredHFEngine(RolloutEngine):
         eos_token_id: always a stop token.
         chunk_size: most rows per ``generate`` / forward call.
         decode_dtype: the decoding matmuls' dtype (:class:`~lit_fgrpo.engines.hf.HFEngine`).
-        pack_weights: multiply frozen weights by packed copies (:class:`~lit_fgrpo.engines.hf.HFEngine`).
     """
 
     has_own_weights = True  # the copy changes only when sync_weights copies the trainer's weights in
@@ -43,7 +42,6 @@ class GatheredHFEngine(RolloutEngine):
         eos_token_id: int,
         chunk_size: int = 512,
         decode_dtype: DecodeDtype = "float32",
-        pack_weights: bool = True,
     ) -> None:
         self._inner = HFEngine(
             unsharded_copy(model),
@@ -51,7 +49,7 @@ class GatheredHFEngine(RolloutEngine):
             eos_token_id,
             chunk_size,
             decode_dtype=decode_dtype,
-            pack_weights=pack_weights,
+            pack_weights=False,  # the copy changes at every push: a reorder per push would cost more than it saves
         )
         self.num_pushed = 0
         """Tensors copied in by the last push (every weight of the policy, LoRA merged)."""

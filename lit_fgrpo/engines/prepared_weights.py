@@ -8,9 +8,9 @@ is the weights' bytes over the memory bandwidth plus the matmuls at the vector u
   numbers as ``F.linear`` and is faster at these shapes; on SmolLM2-135M's 49,152-row output layer with 16 rows,
   about 2.4x in float32 (measured in ``docs/generation-profile.md``). A reorder is slow (all of SmolLM2's weights:
   a few tenths of a second in bfloat16 on one core, more in float32), so only frozen weights are packed (LoRA's base,
-  a frozen output layer): once per run. A frozen weight that changes all the same (an engine's own copy receiving
-  pushes) is packed once and then used unpacked. A trainable weight changes at every optimizer step; in bfloat16 it
-  is only cast (well under 0.1 s for all of SmolLM2's weights), in float32 it is used as it is.
+  a frozen output layer): once per run (a frozen weight changed in place is packed again; the engines with a copy of
+  their own, whose copy changes at every push, do not pack). A trainable weight changes at every optimizer step; in
+  bfloat16 it is only cast (well under 0.1 s for all of SmolLM2's weights), in float32 it is used as it is.
 - **bfloat16** (``decode_dtype``): half the bytes, and where the CPU multiplies bfloat16 natively (AVX512-BF16 on AMD
   Zen 4 and Intel Cooper Lake and later, AMX on Sapphire Rapids and later) twice the rate. Each projection's input is
   rounded to bfloat16 and its output returned in float32, ``y = float(bf16(x) · bf16(W)ᵀ)`` (float32 accumulation in
@@ -131,8 +131,6 @@ class PreparedWeights:
         self._held: dict[int, tuple[Tensor, int, int, Tensor, Callable[[Tensor], Tensor]]] = {}
         self.prepared = 0
         """How many copies were made (a frozen weight counts once per run)."""
-        self._changing: set[int] = set()
-        """Frozen weights seen to change (an engine's own copy receiving pushes): no longer packed."""
 
     def get(self, weight: Tensor) -> Callable[[Tensor], Tensor] | None:
         """``x -> x · weightᵀ`` (no bias) computed the prepared way, output in ``x``'s dtype; None where ``F.linear``
@@ -141,12 +139,10 @@ class PreparedWeights:
         cast = dtype != weight.dtype
         key, ptr, version = id(weight), weight.data_ptr(), weight._version
         held = self._held.get(key)
-        if held is not None and held[0] is weight:
-            if held[1] == ptr and held[2] == version:
-                return held[4]
-            del self._held[key]
-            self._changing.add(key)  # changed in place although frozen: packing it again would cost every change
-        pack = self.pack and not weight.requires_grad and key not in self._changing and packing_works(dtype)
+        if held is not None and held[0] is weight and held[1] == ptr and held[2] == version:
+            return held[4]
+        # Every call of a run takes the same kernel for a weight (a resumed run must draw what the straight run drew)
+        pack = self.pack and not weight.requires_grad and packing_works(dtype)
         if not cast and not pack:
             return None
         copy = weight.detach().to(dtype)  # (out, in)

@@ -163,7 +163,8 @@ def build_engine(
         eos_token_id: EOS id (default: the tokenizer's).
         hf_chunk_size: most rows per ``generate`` call for the HF engine.
         decode_dtype: the HF engines' decoding matmuls (:class:`~lit_fgrpo.engines.hf.HFEngine`); unused by vLLM.
-        pack_weights: the HF engines multiply frozen weights by oneDNN-packed copies; unused by vLLM.
+        pack_weights: the HF engine multiplies frozen weights by oneDNN-packed copies (not the engines with a copy
+            of their own, whose weights change at every push); unused by vLLM.
         **vllm_kwargs: forwarded to :class:`~lit_fgrpo.engines.vllm_engine.VLLMEngine`.
 
     Raises:
@@ -222,7 +223,6 @@ def build_engine(
 
     hf_options: dict[str, Any] = {
         "pad_token_id": pad_id, "eos_token_id": int(eos), "chunk_size": hf_chunk_size, "decode_dtype": decode_dtype,
-        "pack_weights": pack_weights,
     }  # fmt: skip
     if is_sharded(model):  # FSDP2: the ranks cannot sample with the sharded policy itself (issue 24)
         from lit_fgrpo.engines.hf_gathered import GatheredHFEngine
@@ -234,4 +234,4 @@ def build_engine(
         return HFCopyEngine(model, **hf_options)
     from lit_fgrpo.engines.hf import HFEngine
 
-    return HFEngine(model, **hf_options)
+    return HFEngine(model, pack_weights=pack_weights, **hf_options)
