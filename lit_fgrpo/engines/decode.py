@@ -133,9 +133,9 @@ def sample_rows(
         pad_token_id: fills the left padding of shorter prompts (masked out).
         lean: decode with :mod:`~lit_fgrpo.engines.lean_step` where the model allows it
             (:func:`~lit_fgrpo.engines.lean_weights.lean_weights`); False always steps through the model's forward.
-        prepared: the lean step multiplies by the projections' weights through these copies (packed, maybe
-            bfloat16: :mod:`~lit_fgrpo.engines.prepared_weights`); None uses the weights as they are. Unused off
-            the lean step.
+        prepared: the projections multiply through these copies (packed, maybe bfloat16:
+            :mod:`~lit_fgrpo.engines.prepared_weights`), in the lean step and in the model's own forward (the
+            prefill, and the decoding steps when ``lean`` is off); None uses the weights as they are.
     """
     if max_tokens < 1 or not row_prompt:
         return Sampled(
