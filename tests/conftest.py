@@ -1,6 +1,7 @@
 """Shared test settings: offline, quiet, deterministic. Helpers live in per-topic test files."""
 
 import importlib.util
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,6 +13,7 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -79,7 +81,25 @@ CHAOS_ENV = "LIT_FGRPO_CHAOS"
 """Set to 1 to run the chaos tests (marker ``chaos``): minutes of server kills and restarts, run beside CI."""
 
 
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+"""Seconds per test file, measured (``scripts/test_durations.py``): files run longest first, so that with
+``--dist loadfile --no-loadscope-reorder`` no worker is left alone with a minutes-long file at the end."""
+
+
+def _longest_files_first(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reorder ``items`` in place by their file's measured seconds, longest first (unmeasured files last, in order);
+    the tests of a file keep their order."""
+    seconds = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.is_file() else {}
+    position = {id(item): i for i, item in enumerate(items)}
+
+    def key(item: pytest.Item) -> tuple[float, int]:
+        return -float(seconds.get(item.path.relative_to(config.rootpath).as_posix(), 0.0)), position[id(item)]
+
+    items.sort(key=key)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _longest_files_first(config, items)
     for item in items:
         if item.get_closest_marker("chaos") is not None and os.environ.get(CHAOS_ENV) != "1":
             item.add_marker(
