@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
 from lit_fgrpo.engines.lean_step import SharedPromptCache, decode_step
-from lit_fgrpo.engines.lean_weights import LeanWeights, lean_weights
+from lit_fgrpo.engines.lean_weights import LeanWeights, fusable_groups, lean_weights
 from lit_fgrpo.engines.prefill import PreallocatedLayer, left_pad, prefill
 from lit_fgrpo.engines.prepared_weights import PreparedWeights
 from lit_fgrpo.engines.row_sampling import RowSampler
@@ -144,7 +144,8 @@ def sample_rows(
     layers = full_attention_layers(model)
     if layers is None:
         raise ValueError(f"sample_rows: {type(model).__name__} has no plain full-attention cache; use generate")
-    with nullcontext() if prepared is None else prepared.swapped_into(model):
+    groups = fusable_groups(model) if lean and prepared is not None and prepared.fuses else []
+    with nullcontext() if prepared is None else prepared.swapped_into(model, groups):
         return _sample(model, prompts, row_prompt, sampler, max_tokens, stop_ids, pad_token_id, lean, prepared, layers)
 
 

@@ -131,9 +131,10 @@ def decode_step(weights: LeanWeights, cache: SharedPromptCache, tokens: Tensor, 
     cos, sin = w.rotary(x, positions[:, None])  # (R', 1, d) each
     for i, layer in enumerate(w.layers):
         h = rms_norm(x, layer.input_norm, w.eps)  # (R', H)
-        q = layer.q(h).view(rows, w.heads, w.head_dim)  # (R', heads, d)
-        k = layer.k(h).view(rows, w.kv_heads, w.head_dim)  # (R', kv, d)
-        v = layer.v(h).view(rows, w.kv_heads, w.head_dim)  # (R', kv, d)
+        q_out, k_out, v_out = (layer.q(h), layer.k(h), layer.v(h)) if layer.qkv is None else layer.qkv(h)
+        q = q_out.view(rows, w.heads, w.head_dim)  # (R', heads, d)
+        k = k_out.view(rows, w.kv_heads, w.head_dim)  # (R', kv, d)
+        v = v_out.view(rows, w.kv_heads, w.head_dim)  # (R', kv, d)
         if layer.q_norm is not None and layer.k_norm is not None:
             q, k = rms_norm(q, layer.q_norm, w.eps), rms_norm(k, layer.k_norm, w.eps)
         q = q * cos + rotate_half(q) * sin
@@ -141,7 +142,8 @@ def decode_step(weights: LeanWeights, cache: SharedPromptCache, tokens: Tensor, 
         cache.write(i, k, v)
         x = x + layer.o(cache.attend(i, q * w.scaling))  # (R', H)
         h = rms_norm(x, layer.post_norm, w.eps)
-        x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))  # (R', H)
+        gate, up = (layer.gate(h), layer.up(h)) if layer.gate_up is None else layer.gate_up(h)  # (R', I) each
+        x = x + layer.down(F.silu(gate) * up)  # (R', H)
     cache.advance()
     return w.head(rms_norm(x, w.final_norm, w.eps))  # (R', V)
 

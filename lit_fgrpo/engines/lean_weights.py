@@ -53,6 +53,24 @@ class LeanLinear:
 
 
 @dataclass
+class LeanGroup:
+    """Projections that read the same input multiplied as one (:meth:`PreparedWeights.get_group`), each with its own
+    bias and LoRA terms added to its slice."""
+
+    parts: list[LeanLinear]
+    run: Callable[[Tensor], list[Tensor]]
+
+    def __call__(self, x: Tensor) -> list[Tensor]:
+        outs = self.run(x)  # [(..., out_i)]
+        for i, part in enumerate(self.parts):
+            if part.bias is not None:
+                outs[i] = outs[i] + part.bias
+            for a, b, scale in part.lora:
+                outs[i] = outs[i] + F.linear(F.linear(x, a), b) * scale
+        return outs
+
+
+@dataclass
 class LeanLayer:
     """One decoder layer: attention (with Qwen3's per-head q/k norms when present) and the SiLU-gated MLP."""
 
@@ -67,6 +85,10 @@ class LeanLayer:
     down: LeanLinear
     q_norm: Tensor | None = None
     k_norm: Tensor | None = None
+    qkv: LeanGroup | None = None
+    """q, k and v as one matmul, where the prepared weights fuse them."""
+    gate_up: LeanGroup | None = None
+    """gate and up as one matmul, where the prepared weights fuse them."""
 
 
 @dataclass
@@ -93,6 +115,36 @@ def _linear(module: nn.Module, prepared: PreparedWeights | None) -> LeanLinear |
     return lean
 
 
+def _group(parts: list[LeanLinear], prepared: PreparedWeights | None) -> LeanGroup | None:
+    run = None if prepared is None else prepared.get_group([part.weight for part in parts])
+    return None if run is None else LeanGroup(parts, run)
+
+
+def _base(module: nn.Module) -> nn.Module:
+    base = getattr(module, "base_layer", None)
+    return base if isinstance(base, nn.Module) else module
+
+
+def fusable_groups(model: nn.Module) -> list[list[nn.Linear]]:
+    """Per decoder layer of a model :func:`lean_weights` reads, the plain ``nn.Linear`` projections that read the
+    same input, in the order the model's forward calls them: ``[q, k, v]`` and ``[gate, up]`` (a LoRA layer's base
+    layer); none for any other model (:meth:`PreparedWeights.swapped_into`)."""
+    wrapper: Any = model
+    causal: Any = wrapper.get_base_model() if hasattr(wrapper, "get_base_model") else wrapper
+    config = getattr(causal, "config", None)
+    decoder = getattr(causal, "model", None)
+    if getattr(config, "model_type", None) not in LEAN_MODEL_TYPES or decoder is None:
+        return []
+    groups: list[list[nn.Linear]] = []
+    for block in getattr(decoder, "layers", []):
+        attn, mlp = block.self_attn, block.mlp
+        for members in ((attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)):
+            bases = [_base(m) for m in members]
+            if all(type(b) is nn.Linear for b in bases):
+                groups.append(bases)  # type: ignore[arg-type]
+    return groups
+
+
 def _plain_or_lora(module: nn.Module) -> LeanLinear | None:
     if type(module) is nn.Linear:
         return LeanLinear(module.weight, module.bias)
@@ -116,16 +168,24 @@ def _plain_or_lora(module: nn.Module) -> LeanLinear | None:
 
 def _layer(block: Any, prepared: PreparedWeights | None) -> LeanLayer | None:
     attn, mlp = block.self_attn, block.mlp
-    linears = [_linear(m, prepared) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj)]
-    linears += [_linear(m, prepared) for m in (mlp.gate_proj, mlp.up_proj, mlp.down_proj)]
-    if any(lin is None for lin in linears):
+    fused = prepared is not None and prepared.fuses
+    # members of a fused group never get a copy of their own: the group's copy serves them (and the prefill)
+    grouped = (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj)
+    found = [_linear(m, None if fused and m in grouped else prepared) for m in (attn.q_proj, attn.k_proj,
+             attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)]  # fmt: skip
+    linears = [lin for lin in found if lin is not None]
+    if len(linears) < len(found):
         return None
     q, k, v, o, gate, up, down = linears
+    qkv, gate_up = (_group([q, k, v], prepared), _group([gate, up], prepared)) if fused else (None, None)
+    if fused and (qkv is None or gate_up is None):
+        return None  # pragma: no cover - get_group fuses whenever ``fuses`` holds
     q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
     return LeanLayer(
         input_norm=block.input_layernorm.weight, post_norm=block.post_attention_layernorm.weight,
-        q=q, k=k, v=v, o=o, gate=gate, up=up, down=down,  # type: ignore[arg-type]
+        q=q, k=k, v=v, o=o, gate=gate, up=up, down=down,
         q_norm=None if q_norm is None else q_norm.weight, k_norm=None if k_norm is None else k_norm.weight,
+        qkv=qkv, gate_up=gate_up,
     )  # fmt: skip
 
 

@@ -17,6 +17,14 @@ is the weights' bytes over the memory bandwidth plus the matmuls at the vector u
   the kernel); the residual stream, RMSNorm, the rotary embedding, attention and its KV cache, LoRA's adapters
   (``s · (x Aᵀ) Bᵀ`` on the float32 input), the prompts' prefill and the sampler stay float32.
 
+- **Fused projections** (bfloat16 only): projections that read the same input (q/k/v, gate/up) get one copy, their
+  weights stacked, and one matmul each step (:meth:`PreparedWeights.get_group`). At a rollout's dozen rows one wide
+  bfloat16 matmul beat the separate ones by a quarter or more (``docs/generation-profile.md``); in float32 it gained
+  nothing measurable, so float32 keeps the separate copies. The model's own forward (the prefill) calls the
+  projections one by one; :meth:`PreparedWeights.swapped_into` answers the first call of a group with the fused
+  product and hands the other members their slice of it, so one copy serves both and the prompts see the numbers the
+  decoding step sees.
+
 A prepared copy is keyed on the parameter, its storage and its version counter (advanced by every in-place write:
 ``optimizer.step``, ``copy_``, ``load_state_dict``), so a step never reads weights older than the trainer's.
 :meth:`PreparedWeights.release_trainable` drops the copies of trainable weights (the engine's ``sleep`` before the
@@ -30,9 +38,9 @@ the gap as ``rollout/logprob_mismatch``, and ``--model.objective.importance_corr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -117,6 +125,35 @@ def _with_bias(run: Callable[[Tensor], Tensor], bias: Tensor | None) -> Callable
     return lambda x: run(x) + bias
 
 
+class _GroupCall:
+    """The members of a fused group as separate ``x -> x · W_iᵀ`` calls: the first call on an input computes the whole
+    group's product, the others take their slice of it; the product is dropped once every member took its slice
+    (the prefill of an evaluation batch would otherwise hold one per layer), or when a new input comes."""
+
+    def __init__(self, run: Callable[[Tensor], list[Tensor]], members: int) -> None:
+        self.run, self.members = run, members
+        self._input: Tensor | None = None
+        self._version = -1
+        self._parts: list[Tensor] = []
+        self._taken: set[int] = set()
+
+    def member(self, index: int) -> Callable[[Tensor], Tensor]:
+        def call(x: Tensor) -> Tensor:
+            fresh = self._input is x and self._version == x._version and index not in self._taken
+            if not fresh:
+                self._input, self._version, self._parts, self._taken = x, x._version, self.run(x), set()
+            self._taken.add(index)
+            part = self._parts[index]
+            if len(self._taken) == self.members:
+                self.clear()
+            return part
+
+        return call
+
+    def clear(self) -> None:
+        self._input, self._parts, self._taken = None, [], set()
+
+
 class PreparedWeights:
     """Projection weights prepared for the lean step, made on first use and again only after the weight changed.
 
@@ -129,6 +166,7 @@ class PreparedWeights:
         self.dtype = dtype
         self.pack = bool(pack)
         self._held: dict[int, tuple[Tensor, int, int, Tensor, Callable[[Tensor], Tensor]]] = {}
+        self._groups: dict[tuple[int, ...], tuple[tuple[Tensor, ...], tuple[int, ...], Tensor, Callable[..., Any]]] = {}
         self.prepared = 0
         """How many copies were made (a frozen weight counts once per run)."""
 
@@ -162,16 +200,63 @@ class PreparedWeights:
         self.prepared += 1
         return run
 
+    @property
+    def fuses(self) -> bool:
+        """Whether projections that share their input are multiplied as one (:meth:`get_group`): in bfloat16."""
+        return self.dtype == torch.bfloat16
+
+    def get_group(self, weights: Sequence[Tensor]) -> Callable[[Tensor], list[Tensor]] | None:
+        """``x -> [x · W_1ᵀ, x · W_2ᵀ, ...]`` through one prepared copy of the stacked weights (one matmul; the
+        outputs are views of its columns), or None where this does not fuse (:attr:`fuses`).
+
+        The weights must have the same input size; like :meth:`get`, the copy is made again only after one of them
+        changed, and packed when every one of them is frozen.
+        """
+        if not self.fuses or len(weights) < 2:
+            return None
+        dtype = self.dtype or weights[0].dtype
+        key = tuple(id(w) for w in weights)
+        stamp = tuple(v for w in weights for v in (w.data_ptr(), w._version))
+        held = self._groups.get(key)
+        if held is not None and all(a is b for a, b in zip(held[0], weights)) and held[1] == stamp:
+            return held[3]  # type: ignore[no-any-return]
+        pack = self.pack and not any(w.requires_grad for w in weights) and packing_works(dtype)
+        copy = torch.cat([w.detach() for w in weights]).to(dtype)  # (sum out, in)
+        if pack:
+            copy = torch.ops.mkldnn._reorder_linear_weight(copy, None)
+        sizes = [int(w.shape[0]) for w in weights]
+
+        def run(x: Tensor, w: Tensor = copy) -> list[Tensor]:
+            flat = x.reshape(-1, x.shape[-1]).to(w.dtype)  # (N, in)
+            out = _packed_linear(flat, w) if pack else F.linear(flat, w)  # (N, sum out)
+            return [part.view(*x.shape[:-1], -1) for part in out.to(x.dtype).split(sizes, dim=-1)]
+
+        self._groups[key] = (tuple(weights), stamp, copy, run)
+        self.prepared += 1
+        return run
+
     @contextmanager
-    def swapped_into(self, model: nn.Module) -> Iterator[None]:
+    def swapped_into(self, model: nn.Module, groups: Sequence[Sequence[nn.Linear]] = ()) -> Iterator[None]:
         """Within the block, every plain ``nn.Linear`` of ``model`` (a PEFT LoRA layer's base included, its adapters
         not) multiplies through its prepared copy: the model's own forward (the prompts' prefill) runs as the lean
-        step does."""
+        step does. ``groups``: projections that read the same input (a layer's q/k/v, its gate/up), called in turn
+        on it by the model's forward; where this fuses, they share one copy (:meth:`get_group`)."""
         swapped: list[nn.Linear] = []
+        calls: list[_GroupCall] = []
         adapters = {id(m) for layer in model.modules() for m in _lora_adapters(layer)}  # they stay float32
         try:
+            for group in groups:
+                run_group = self.get_group([m.weight for m in group])
+                if run_group is None:
+                    continue
+                call = _GroupCall(run_group, len(group))
+                calls.append(call)
+                for index, member in enumerate(group):
+                    member.forward = _with_bias(call.member(index), member.bias)  # type: ignore[method-assign,assignment]
+                    swapped.append(member)
+            done = {id(m) for m in swapped}
             for module in model.modules():
-                if type(module) is not nn.Linear or id(module) in adapters:
+                if type(module) is not nn.Linear or id(module) in adapters or id(module) in done:
                     continue
                 run = self.get(module.weight)
                 if run is None:
@@ -182,14 +267,18 @@ class PreparedWeights:
         finally:
             for module in swapped:
                 del module.forward  # the class's forward again
+            for call in calls:
+                call.clear()
 
     def release_trainable(self) -> None:
         """Drop the copies of weights that train (they go stale at the next optimizer step); frozen ones stay."""
         self._held = {k: v for k, v in self._held.items() if not v[0].requires_grad}
+        self._groups = {k: v for k, v in self._groups.items() if not any(w.requires_grad for w in v[0])}
 
     def held_bytes(self) -> int:
         """Bytes the kept copies take (the packed layout's own size)."""
-        return sum(copy.numel() * copy.element_size() for _, _, _, copy, _ in self._held.values())
+        copies = [held[3] for held in self._held.values()] + [group[2] for group in self._groups.values()]
+        return sum(copy.numel() * copy.element_size() for copy in copies)
 
 
 __all__ = ["DECODE_DTYPES", "DecodeDtype", "PreparedWeights", "native_bf16", "packing_works", "resolve_decode_dtype"]
