@@ -203,3 +203,23 @@ def test_models_that_cannot_be_split_take_the_plain_path() -> None:
         )
         with pytest.raises(ValueError, match="chunked=True"):
             completion_logprobs(wrapped, ids, mask, 9, chunked=True)
+
+
+def test_logits_kept_for_backward_and_recomputed_there_give_the_same_gradient() -> None:
+    # 4 rows x 30 positions x V = 151,936: over the 64 MiB of logits autograd keeps, so backward recomputes the head
+    # chunk by chunk; one row at a time (4.6M logits) stays under it and keeps them
+    model = tiny_lm(tied=True)
+    T = 30
+    ids, mask = batch(T=T)
+    assert ids.shape[0] * T * QWEN_VOCAB > 1 << 24 > T * QWEN_VOCAB
+    results = []
+    for chunk_rows in (ids.shape[0], 1):
+        model.zero_grad(set_to_none=True)
+        out = completion_logprobs(model, ids, mask, T, chunk_rows=chunk_rows, chunk_tokens=40, chunked=True)
+        out.logp.sum().backward()
+        results.append((out.logp.detach(), grads(model)))
+    (recomputed, g_re), (kept, g_kept) = results
+    torch.testing.assert_close(recomputed, kept, rtol=1e-6, atol=1e-6)
+    for name in g_kept:
+        scale = float(g_kept[name].abs().max())
+        torch.testing.assert_close(g_re[name], g_kept[name], rtol=0, atol=1e-5 * scale + 1e-12)
