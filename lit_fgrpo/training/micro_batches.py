@@ -6,6 +6,9 @@ goes through the model:
 
 * rows whose advantage is 0 are left out when they cannot contribute (no KL term): their loss and gradient are 0;
 * rows are sorted by completion length (stably), so a micro-batch holds rows of similar length;
+* a micro-batch holds at most ``micro_batch_rows`` rows and, with a token budget, at most ``micro_batch_tokens``
+  padded tokens (rows x (its longest prompt + its longest completion)): long multi-turn rows then go a few at a
+  time and short ones many at a time (verl's ``ppo_max_token_len_per_gpu``), which bounds a forward's activations;
 * each micro-batch is cut to its own longest completion (``width``), and the prompt columns that are padding in
   every row of it are dropped (:func:`kept_columns`).
 
@@ -47,7 +50,13 @@ class MiniBatch:
 
 
 def plan_micro_batches(
-    rows: Tensor, advantages: Tensor, lengths: Tensor, micro_batch_rows: int, skip_zero_advantage: bool
+    rows: Tensor,
+    advantages: Tensor,
+    lengths: Tensor,
+    micro_batch_rows: int,
+    skip_zero_advantage: bool,
+    prompt_lengths: Tensor | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> list[MicroBatch]:
     """The micro-batches of the mini-batch ``rows``.
 
@@ -57,13 +66,48 @@ def plan_micro_batches(
         lengths: (B,) every row's completion tokens.
         micro_batch_rows: most rows per micro-batch.
         skip_zero_advantage: leave out rows whose advantage is exactly 0 (only valid without a KL term).
+        prompt_lengths: (B,) every row's prompt tokens; needed with ``micro_batch_tokens``.
+        micro_batch_tokens: most padded tokens per micro-batch, ``b x (max prompt + max completion)`` over its rows
+            (a row longer than that goes alone); None: rows only.
     """
     if skip_zero_advantage:
         rows = rows[advantages[rows] != 0]  # (R',)
     if len(rows) == 0:
         return []
     rows = rows[torch.argsort(lengths[rows], stable=True)]  # (R',) shortest completions first
-    return [MicroBatch(chunk, max(1, int(lengths[chunk].max()))) for chunk in rows.split(micro_batch_rows)]
+    if micro_batch_tokens is None:
+        chunks = list(rows.split(micro_batch_rows))
+    else:
+        if prompt_lengths is None:
+            raise ValueError("micro_batch_tokens needs prompt_lengths")
+        chunks = budget_chunks(
+            rows, lengths[rows].clamp(min=1), prompt_lengths[rows], micro_batch_rows, micro_batch_tokens
+        )
+    return [MicroBatch(chunk, max(1, int(lengths[chunk].max()))) for chunk in chunks]
+
+
+def budget_chunks(rows: Tensor, widths: Tensor, prompts: Tensor, max_rows: int, max_tokens: int) -> list[Tensor]:
+    """``rows`` cut in order into the longest runs that keep ``count <= max_rows`` and
+    ``count x (max prompt + max width) <= max_tokens`` (greedy: each run ends where the next row would break a limit;
+    a single row over the budget forms a run of its own).
+
+    Args:
+        rows: (R,) row indices, in the order to keep.
+        widths: (R,) each row's completion columns (>= 1).
+        prompts: (R,) each row's prompt tokens.
+        max_rows: most rows per run.
+        max_tokens: most padded tokens per run.
+    """
+    chunks: list[Tensor] = []
+    start, top_width, top_prompt = 0, 0, 0
+    for i, (width, prompt) in enumerate(zip(widths.tolist(), prompts.tolist(), strict=True)):
+        w, p = max(top_width, width), max(top_prompt, prompt)
+        if i > start and (i - start >= max_rows or (i - start + 1) * (w + p) > max_tokens):
+            chunks.append(rows[start:i])
+            start, w, p = i, width, prompt
+        top_width, top_prompt = w, p
+    chunks.append(rows[start:])
+    return chunks
 
 
 def padding_micro_batches(row: Tensor, count: int) -> list[MicroBatch]:
@@ -81,6 +125,7 @@ def plan_step(
     micro_batch_rows: int,
     skip_zero_advantage: bool,
     busiest: Callable[[int], int] | None = None,
+    micro_batch_tokens: int | None = None,
 ) -> list[MiniBatch]:
     """The mini-batches of a rollout of ``B = P * G`` rows (prompt-major), each with its micro-batches and columns.
 
@@ -94,15 +139,19 @@ def plan_step(
         skip_zero_advantage: leave out rows whose advantage is exactly 0 (only valid without a KL term).
         busiest: over several ranks, the most micro-batches any rank has in a mini-batch (a collective, made once
             per mini-batch by every rank); a rank with fewer adds :func:`padding_micro_batches`. None: one rank.
+        micro_batch_tokens: most padded tokens per micro-batch (see :func:`plan_micro_batches`); None: rows only.
     """
     T = completion_length
     lengths = attention_mask[:, -T:].sum(dim=1)  # (B,) completion tokens present
+    prompt_lengths = attention_mask[:, :-T].sum(dim=1) if T > 0 else attention_mask.sum(dim=1)  # (B,)
     num_prompts = attention_mask.shape[0] // group_size
     plan: list[MiniBatch] = []
     for first in range(0, num_prompts, prompts_per_step):
         end = min(num_prompts, first + prompts_per_step) * group_size
         rows = torch.arange(first * group_size, end, device=advantages.device)  # (R,)
-        micro = plan_micro_batches(rows, advantages, lengths, micro_batch_rows, skip_zero_advantage)
+        micro = plan_micro_batches(
+            rows, advantages, lengths, micro_batch_rows, skip_zero_advantage, prompt_lengths, micro_batch_tokens
+        )
         if busiest is not None:  # DDP all-reduces gradients in every backward: run as many as the busiest rank
             micro += padding_micro_batches(rows, busiest(len(micro)) - len(micro))
         cut = [replace(m, columns=kept_columns(attention_mask[m.rows], T, m.width)) for m in micro]

@@ -119,6 +119,11 @@ class BatchingSettings:
     its share); None = one step per rollout batch."""
     micro_batch_rows: int = 64
     """Rows per forward/backward; gradients accumulate over a mini-batch."""
+    micro_batch_tokens: int | None = None
+    """At most this many padded tokens per forward/backward as well: rows x (the longest prompt + the longest
+    completion among them), rows sorted by completion length (verl's ``ppo_max_token_len_per_gpu``). Bounds the
+    activations of long multi-turn rows without shrinking the micro-batches of short ones; the update is the same.
+    A row longer than the budget goes alone. None = ``micro_batch_rows`` only."""
     logprob_chunk_rows: int = 64
     """Rows per forward when computing log-probs without grad."""
     skip_zero_advantage: bool = True
@@ -132,6 +137,8 @@ class BatchingSettings:
                 raise ConfigError(f"{flag}.{name} must be >= 1, got {getattr(self, name)}")
         if mbp is not None and mbp < 1:
             raise ConfigError(f"{flag}.mini_batch_prompts must be >= 1, got {mbp}")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ConfigError(f"{flag}.micro_batch_tokens must be >= 1 or null, got {self.micro_batch_tokens}")
 
 
 GROUPS: dict[str, type] = {

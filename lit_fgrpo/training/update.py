@@ -78,6 +78,8 @@ class UpdateSettings:
     """Prompts per optimizer step over all ranks; None = one step per rollout."""
     micro_batch_rows: int
     """Rows per forward/backward."""
+    micro_batch_tokens: int | None
+    """Padded tokens per forward/backward (rows x (longest prompt + longest completion)); None = rows only."""
     logprob_chunk_rows: int
     """Rows per forward of the log-probs computed without grad."""
     skip_zero_advantage: bool
@@ -100,6 +102,7 @@ class UpdateSettings:
             scale_rewards=o.scale_rewards, advantage_eps=o.advantage_eps, importance_correction=o.importance_correction,
             importance_cap=o.importance_cap, temperature=o.temperature, num_iterations=b.num_iterations,
             mini_batch_prompts=b.mini_batch_prompts, micro_batch_rows=b.micro_batch_rows,
+            micro_batch_tokens=b.micro_batch_tokens,
             logprob_chunk_rows=b.logprob_chunk_rows, skip_zero_advantage=b.skip_zero_advantage,
             max_grad_norm=optimizer.max_grad_norm,
         )  # fmt: skip
@@ -176,8 +179,9 @@ class PolicyUpdate:
         busiest = comm.max if world > 1 else None
         T = rollout.completion_length
         plan = plan_step(
-            flat_adv, rollout.attention_mask, T, G, prompts_per_step, s.micro_batch_rows, skip_zero, busiest
-        )
+            flat_adv, rollout.attention_mask, T, G, prompts_per_step, s.micro_batch_rows, skip_zero, busiest,
+            s.micro_batch_tokens,
+        )  # fmt: skip
 
         agree = (lambda bad: comm.max(int(bad)) > 0) if world > 1 else None  # any rank non-finite: all skip
         pieces: Pieces = []
@@ -226,7 +230,9 @@ class PolicyUpdate:
         busiest = comm.max if comm.world_size > 1 else None
         skip_zero = s.skip_zero_advantage and s.beta == 0
         T, G, P = rollout.completion_length, rollout.group_size, rollout.num_prompts
-        (whole,) = plan_step(flat_adv, rollout.attention_mask, T, G, P, s.micro_batch_rows, skip_zero, busiest)
+        (whole,) = plan_step(
+            flat_adv, rollout.attention_mask, T, G, P, s.micro_batch_rows, skip_zero, busiest, s.micro_batch_tokens
+        )
         return self.accumulate(rollout, whole, flat_adv, None, ref_logp, None, num_items, backward)
 
     def accumulate(

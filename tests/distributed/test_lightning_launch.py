@@ -5,7 +5,8 @@ Each run is ``tests/distributed/workers/maze_run.py`` in fresh processes, launch
 with ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK`` and ``WORLD_SIZE``. Every rank writes its final weights, the
 logged ``rollout/*`` and ``focal/*`` statistics and the final validation metrics. The same global batch (4 prompts
 per step, 3 steps) runs on 1 process, on 2 ranks, on 2 nodes and on 2 ranks resumed from the step-2 checkpoint of
-the 2-rank run: all must agree. The runs are shared by the assertions (one launch per layout).
+the 2-rank run: all must agree. The two nodes also cut their micro-batches by a token budget
+(``--model.batching.micro_batch_tokens``): ranks then run different numbers of backwards, and the update is the same. The runs are shared by the assertions (one launch per layout).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.slow
 
 TIMEOUT = 300  # a hang fails the test instead of the CI job
 STEPS = 3
+BUDGET = 240
+"""The nodes run's padded tokens per micro-batch: two rows of the 4x4 maze's 94-token prompt and replies of at most
+16 tokens (instead of all 16 rows of a rank in one)."""
 TIMING = ("rollout/tokens_per_s", "rollout/generation_seconds", "rollout/logprob_mismatch")
 """Logged values that are per-rank by nature (throughput, wall time, this rank's engine-vs-trainer gap)."""
 
@@ -50,7 +54,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ]
     env = base_env() | {"WORLD_SIZE": "2"}
     for node in range(2):
-        commands.append((_command(outs["nodes"], "--num-nodes", "2", "--validate"), env | {"NODE_RANK": str(node)}))
+        nodes = _command(outs["nodes"], "--num-nodes", "2", "--validate", "--micro-batch-tokens", str(BUDGET))
+        commands.append((nodes, env | {"NODE_RANK": str(node)}))
     _run(commands)
     checkpoint = outs["ddp"] / "ckpt" / "epoch=0-step=2.ckpt"
     _run([(_command(outs["resumed"], "--devices", "2", "--validate", "--resume", str(checkpoint)), base_env())])

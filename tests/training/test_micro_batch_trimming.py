@@ -74,3 +74,17 @@ def test_sorted_trimmed_micro_batches_give_the_whole_batch_gradient(loss_type: s
     assert min(widths) < rollout.input_ids.shape[1]  # padding was trimmed
     for (name, p), (_, q) in zip(module.policy.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=f"{loss_type} {name}")
+
+    # A token budget (at most 30 padded tokens a forward, at most 8 rows) cuts differently: the same gradient.
+    budgeted = tiny_module(
+        gamma=0.5, loss_type=loss_type, micro_batch_rows=8, micro_batch_tokens=30, max_grad_norm=None, **settings
+    )
+    budgeted.policy.load_state_dict(reference.state_dict())
+    shapes: list[tuple[int, int]] = []
+    hook = budgeted.policy.get_input_embeddings().register_forward_hook(lambda m, i, o: shapes.append(i[0].shape))
+    budgeted.backward_on(rollout)
+    hook.remove()
+    assert len(shapes) > 2 and len({s[0] for s in shapes}) > 1  # micro-batches of several sizes
+    assert all(b * w <= 30 or b == 1 for b, w in shapes)
+    for (name, p), (_, q) in zip(budgeted.policy.named_parameters(), reference.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=f"{loss_type} {name} (token budget)")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import torch
 
 from lit_fgrpo.models.logprobs import completion_logprobs
-from lit_fgrpo.training.micro_batches import padding_micro_batches, plan_micro_batches, trim_rows
+from lit_fgrpo.training.micro_batches import (
+    budget_chunks,
+    padding_micro_batches,
+    plan_micro_batches,
+    plan_step,
+    trim_rows,
+)
 from tests.training.tiny_setup import tiny_module
 
 
@@ -29,6 +35,58 @@ def test_plan_matches_a_loop_over_rows() -> None:
     assert plan_micro_batches(rows, all_zero, lengths, 5, True) == []
     padding = padding_micro_batches(rows, 2)
     assert len(padding) == 2 and all(m.padding and m.rows.tolist() == [3] for m in padding)
+
+
+def padded_tokens(widths: list[int], prompts: list[int]) -> int:
+    return len(widths) * (max(widths) + max(prompts))
+
+
+def test_budget_chunks_are_the_longest_runs_within_both_limits() -> None:
+    # The greedy cut characterised without its loop: order kept, every run within the limits (or one row alone),
+    # and every run but the last maximal (its next row would break a limit).
+    gen = torch.Generator().manual_seed(2)
+    for trial in range(200):
+        R = int(torch.randint(1, 40, (1,), generator=gen))
+        widths = torch.randint(1, 30, (R,), generator=gen)
+        prompts = torch.randint(0, 50, (R,), generator=gen)
+        rows = torch.randperm(100, generator=gen)[:R]
+        max_rows, max_tokens = int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(20, 400, (1,), generator=gen))
+        chunks = budget_chunks(rows, widths, prompts, max_rows, max_tokens)
+        assert torch.equal(torch.cat(chunks), rows), trial
+        start = 0
+        for i, chunk in enumerate(chunks):
+            w, p = widths[start : start + len(chunk)].tolist(), prompts[start : start + len(chunk)].tolist()
+            fits = len(chunk) <= max_rows and padded_tokens(w, p) <= max_tokens
+            assert len(chunk) >= 1 and (fits or len(chunk) == 1), (trial, i)
+            end = start + len(chunk)
+            if i < len(chunks) - 1:  # one more row breaks a limit
+                w1, p1 = w + [int(widths[end])], p + [int(prompts[end])]
+                assert len(w1) > max_rows or padded_tokens(w1, p1) > max_tokens, (trial, i)
+            start = end
+
+
+def test_a_token_budget_cuts_long_rows_finer_and_keeps_every_row_once() -> None:
+    # 4 prompts x 4 rows: prompt p has 2 + 4p tokens (left-padded to 14), row completion lengths 1..8
+    P, G, Tp, T = 4, 4, 14, 8
+    B = P * G
+    gen = torch.Generator().manual_seed(5)
+    lengths = torch.randint(1, T + 1, (B,), generator=gen)
+    prompts = (2 + 4 * (torch.arange(B) // G)).clamp(max=Tp)
+    attn = torch.zeros(B, Tp + T, dtype=torch.long)
+    for r in range(B):
+        attn[r, Tp - int(prompts[r]) : Tp + int(lengths[r])] = 1
+    advantages = torch.randn(B, generator=gen)
+    by_rows = plan_step(advantages, attn, T, G, P, 16, True)
+    budget = 60
+    by_tokens = plan_step(advantages, attn, T, G, P, 16, True, micro_batch_tokens=budget)
+    assert len(by_rows[0].micro_batches) == 1 and len(by_tokens[0].micro_batches) > 1
+    rows_of = lambda plan: [int(r) for m in plan[0].micro_batches for r in m.rows]  # noqa: E731
+    assert rows_of(by_tokens) == rows_of(by_rows)  # the same rows in the same order, only cut differently
+    for m in by_tokens[0].micro_batches:
+        assert m.columns is not None
+        kept = m.columns.stop - m.columns.start  # the forward's input width: longest prompt + longest completion
+        assert kept == int(prompts[m.rows].max()) + m.width
+        assert len(m.rows) * kept <= budget or len(m.rows) == 1
 
 
 def test_trimmed_rows_give_the_same_logprobs() -> None:

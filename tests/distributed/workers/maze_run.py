@@ -259,6 +259,9 @@ def main() -> None:
     parser.add_argument("--fail-kind", choices=["rollout", "sync", "nan", "nangrad"], default="rollout")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters (r 4) instead of all weights")
     parser.add_argument("--decode-dtype", default="float32", help="--rollout.decode_dtype (the HF engine's matmuls)")
+    parser.add_argument(
+        "--micro-batch-tokens", type=int, default=None, help="--model.batching.micro_batch_tokens (a token budget)"
+    )
     parser.add_argument("--dynamic", action="store_true", help="dynamic sampling, a reward with constant groups")
     parser.add_argument("--dynamic-short-error", action="store_true", help="one round, on_short=error")
     parser.add_argument(
@@ -269,6 +272,7 @@ def main() -> None:
     settings = config(args.out, args.devices, args.num_nodes, args.steps, args.prompts_per_step, args.strategy)
     settings["model"]["beta"] = args.beta
     settings["rollout"]["decode_dtype"] = args.decode_dtype
+    settings["model"]["micro_batch_tokens"] = args.micro_batch_tokens
     if args.lora:  # the reference is then the policy with its adapters disabled
         settings["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
     trainer, callbacks = settings["trainer"], settings["trainer"]["callbacks"]
