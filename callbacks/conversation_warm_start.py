@@ -90,6 +90,8 @@ class ConversationWarmStart(L.Callback):
         steps: Optimizer steps (0: off).
         batch_size: Transcripts per step over all ranks.
         micro_batch_rows: Transcripts per forward/backward on one rank.
+        micro_batch_tokens: At most this many padded tokens per forward/backward as well (rows x the longest);
+            None: rows only.
         lr: AdamW's peak learning rate.
         weight_decay: AdamW's weight decay.
         schedule: "constant" or "cosine" (to zero at the last step).
@@ -117,6 +119,7 @@ class ConversationWarmStart(L.Callback):
         steps: int = 100,
         batch_size: int = 16,
         micro_batch_rows: int = 8,
+        micro_batch_tokens: int | None = None,
         lr: float = 2e-4,
         weight_decay: float = 0.0,
         schedule: str = "cosine",
@@ -138,7 +141,8 @@ class ConversationWarmStart(L.Callback):
         self.environment, self.environment_args = environment, environment_args
         self.max_length, self.bad_rows, self.folder = max_length, bad_rows, folder
         self.settings = ConversationSFTSettings(
-            steps=steps, batch_size=batch_size, micro_batch_rows=micro_batch_rows, lr=lr, weight_decay=weight_decay,
+            steps=steps, batch_size=batch_size, micro_batch_rows=micro_batch_rows,
+            micro_batch_tokens=micro_batch_tokens, lr=lr, weight_decay=weight_decay,
             schedule=schedule, warmup_steps=warmup_steps, max_grad_norm=max_grad_norm,  # type: ignore[arg-type]
             seed=seed, held_out=held_out, eval_every=eval_every, log_every=log_every,
             checkpoint_every=checkpoint_every,

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from lit_fgrpo.environments.transcripts import TranscriptTokens
+from lit_fgrpo.training.micro_batches import budget_chunks
 
 _PASS_STREAM = 0x5F7
 """Mixed into each pass's seed, so that the order is not the seed's first permutation elsewhere in the library."""
@@ -48,9 +49,18 @@ def rank_share(rows: Sequence[int], rank: int, world: int) -> list[int]:
     return list(rows[rank::world])
 
 
-def micro_batches(rows: Sequence[int], size: int) -> list[list[int]]:
-    """Consecutive runs of at most ``size`` rows."""
-    return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+def micro_batches(
+    rows: Sequence[int], size: int, lengths: Sequence[int] | None = None, max_tokens: int | None = None
+) -> list[list[int]]:
+    """Consecutive runs of at most ``size`` rows and, with ``max_tokens``, at most that many padded tokens
+    (``count x`` the longest of ``lengths``, each row's tokens; a longer row goes alone)."""
+    if max_tokens is None:
+        return [list(rows[i : i + size]) for i in range(0, len(rows), size)]
+    if lengths is None or len(lengths) != len(rows):
+        raise ValueError("micro_batches: max_tokens needs one length per row")
+    zeros = torch.zeros(len(rows), dtype=torch.long)  # no separate prompt: a transcript is counted whole
+    chunks = budget_chunks(torch.tensor(list(rows)), torch.tensor(list(lengths)), zeros, size, max_tokens)
+    return [chunk.tolist() for chunk in chunks]
 
 
 def shared_start(rows: Sequence[TranscriptTokens]) -> int:

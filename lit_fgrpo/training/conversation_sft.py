@@ -59,6 +59,9 @@ class ConversationSFTSettings:
     """Transcripts per step, over all ranks."""
     micro_batch_rows: int = 8
     """Transcripts per forward and backward on one rank (bounds the memory; not the result)."""
+    micro_batch_tokens: int | None = None
+    """At most this many padded tokens per forward and backward as well, rows x the longest of them (a longer
+    transcript goes alone); None: rows only. Not the result either."""
     lr: float = 2e-4
     """AdamW's peak learning rate."""
     weight_decay: float = 0.0
@@ -90,6 +93,8 @@ class ConversationSFTSettings:
         for name in ("lr", "max_grad_norm"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ConfigError(f"{FLAG}.{name} must be finite and > 0, got {getattr(self, name)}")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens < 1:
+            raise ConfigError(f"{FLAG}.micro_batch_tokens must be >= 1 or null, got {self.micro_batch_tokens}")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ConfigError(f"{FLAG}.weight_decay must be finite and >= 0, got {self.weight_decay}")
         if self.schedule not in ("constant", "cosine"):
@@ -137,14 +142,18 @@ def token_loss_sum(policy: nn.Module, rows: Sequence[TranscriptTokens], pad_toke
 
 
 def held_out_loss(
-    policy: nn.Module, rows: Sequence[TranscriptTokens], pad_token_id: int, micro_batch_rows: int
+    policy: nn.Module,
+    rows: Sequence[TranscriptTokens],
+    pad_token_id: int,
+    micro_batch_rows: int,
+    micro_batch_tokens: int | None = None,
 ) -> float:
     """The mean assistant-token loss over ``rows`` (each rank scores its share; NaN without rows)."""
     rank, world = _rank()
     mine = rank_share(range(len(rows)), rank, world)
     total = torch.zeros((), dtype=torch.float64)
     with torch.no_grad(), eval_mode(policy):
-        for chunk in micro_batches(mine, micro_batch_rows):
+        for chunk in micro_batches(mine, micro_batch_rows, [len(rows[i].ids) for i in mine], micro_batch_tokens):
             total += float(token_loss_sum(policy, [rows[i] for i in chunk], pad_token_id))
     tokens = sum(row.trained_tokens for row in rows)
     return float(global_sum(total)) / tokens if tokens else float("nan")
@@ -173,7 +182,9 @@ def _train_step(
     tokens = sum(train[i].trained_tokens for i in rows)  # the step's, every rank's: the divisor
     rank, world = _rank()
     total = torch.zeros((), dtype=torch.float64)
-    for chunk in micro_batches(rank_share(rows, rank, world), settings.micro_batch_rows):
+    mine = rank_share(rows, rank, world)
+    lengths = [len(train[i].ids) for i in mine]
+    for chunk in micro_batches(mine, settings.micro_batch_rows, lengths, settings.micro_batch_tokens):
         loss = token_loss_sum(policy, [train[i] for i in chunk], pad_token_id)
         (loss / tokens).backward()
         total += float(loss.detach())
@@ -236,7 +247,7 @@ def conversation_warm_start(
             on_log(step, values)
 
     def evaluate(step: int) -> float:
-        value = held_out_loss(policy, held_out, pad_token_id, settings.micro_batch_rows)
+        value = held_out_loss(policy, held_out, pad_token_id, settings.micro_batch_rows, settings.micro_batch_tokens)
         result.held_out_losses[step] = value
         return value
 

@@ -98,6 +98,8 @@ def budget_chunks(rows: Tensor, widths: Tensor, prompts: Tensor, max_rows: int, 
         max_rows: most rows per run.
         max_tokens: most padded tokens per run.
     """
+    if len(rows) == 0:
+        return []
     chunks: list[Tensor] = []
     start, top_width, top_prompt = 0, 0, 0
     for i, (width, prompt) in enumerate(zip(widths.tolist(), prompts.tolist(), strict=True)):

@@ -1,6 +1,7 @@
 """Two gloo ranks of the conversation warm start give the one-process result (issue 49): same losses, same weights.
 
-Reference: the same 3 steps in this process, with other micro-batches (4 rows each against the ranks' 1).
+Reference: the same 3 steps in this process, with other micro-batches (4 rows each, rows only, against the ranks'
+2 + 1 of a 1,600-token budget).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def test_two_ranks_train_as_one_process(tmp_path: Path) -> None:
         assert status == 0 and "conversation warm start done" in text, f"rank {rank}:\n{text[-3000:]}"
     policy = chat_policy()
     single = conversation_warm_start(
-        policy, transcripts(12), transcripts(3, seed=9), replace(SETTINGS, micro_batch_rows=4), pad_id(),
+        policy, transcripts(12), transcripts(3, seed=9), replace(SETTINGS, micro_batch_rows=4, micro_batch_tokens=None), pad_id(),
         progress_mode="off",
     )  # fmt: skip
     ranks = torch.load(out, weights_only=False)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from lit_fgrpo.environments.calculator_transcripts import calculator_transcript
 from lit_fgrpo.errors import ConfigError
 from lit_fgrpo.models.lora import LoraSettings, apply_lora
-from lit_fgrpo.training.conversation_batches import pack_rows, shared_start, step_rows
+from lit_fgrpo.training.conversation_batches import micro_batches, pack_rows, shared_start, step_rows
 from lit_fgrpo.training.conversation_sft import (
     ConversationSFTSettings,
     conversation_warm_start,
@@ -90,6 +90,24 @@ def test_the_order_is_a_function_of_the_step_covering_every_transcript_once_per_
     assert step_rows(3, 4, 10, seed=3) == rows[12:16] and step_rows(3, 4, 10, seed=4) != rows[12:16]
 
 
+def test_micro_batches_by_tokens_match_a_loop() -> None:
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(50):
+        n = int(torch.randint(0, 12, (1,), generator=gen))
+        rows = torch.randperm(30, generator=gen)[:n].tolist()
+        lengths = torch.randint(1, 60, (n,), generator=gen).tolist()
+        size, budget = int(torch.randint(1, 6, (1,), generator=gen)), int(torch.randint(10, 150, (1,), generator=gen))
+        expected: list[list[int]] = []  # reference: extend the open run while it stays within both limits
+        for row, length in zip(rows, lengths, strict=True):
+            run_lengths = [lengths[rows.index(r)] for r in expected[-1]] if expected else []
+            if expected and len(expected[-1]) < size and (len(run_lengths) + 1) * max(run_lengths + [length]) <= budget:
+                expected[-1].append(row)
+            else:
+                expected.append([row])
+        assert micro_batches(rows, size, lengths, budget) == expected
+    assert micro_batches([3, 1, 2], 2) == [[3, 1], [2]]  # rows only
+
+
 def run(policy: torch.nn.Module, steps: int = 4, state: Path | None = None, **kwargs: object) -> object:
     settings = ConversationSFTSettings(
         **({"steps": steps, "batch_size": 4, "micro_batch_rows": 2, "lr": 1e-2, "held_out": 0} | kwargs)  # type: ignore[arg-type]
@@ -150,6 +168,8 @@ def test_settings_are_checked_in_one_line_naming_the_setting() -> None:
         ConversationSFTSettings(batch_size=0)
     with pytest.raises(ConfigError, match=r"ConversationWarmStart.lr must be finite and > 0"):
         ConversationSFTSettings(lr=float("nan"))
+    with pytest.raises(ConfigError, match=r"^ConversationWarmStart.micro_batch_tokens must be >= 1 or null, got 0$"):
+        ConversationSFTSettings(micro_batch_tokens=0)
     with pytest.raises(ConfigError, match=r"ConversationWarmStart.schedule must be 'constant' or 'cosine'"):
         ConversationSFTSettings(schedule="linear")  # type: ignore[arg-type]
     cosine = ConversationSFTSettings(steps=10, warmup_steps=2)

@@ -15,8 +15,11 @@ import torch.distributed as dist
 from lit_fgrpo.training.conversation_sft import ConversationSFTSettings, conversation_warm_start
 from tests.training.conversation_setup import chat_policy, pad_id, transcripts
 
-SETTINGS = ConversationSFTSettings(steps=3, batch_size=6, micro_batch_rows=1, lr=1e-2, held_out=2, eval_every=2)
-"""Shared with the one-process run of tests/distributed/test_conversation_sft_ddp.py (there: other micro-batches)."""
+SETTINGS = ConversationSFTSettings(
+    steps=3, batch_size=6, micro_batch_rows=3, micro_batch_tokens=1600, lr=1e-2, held_out=2, eval_every=2
+)
+"""Shared with the one-process run of tests/distributed/test_conversation_sft_ddp.py (there: other micro-batches).
+A rank's 3 transcripts of ~770 tokens a step go as 2 + 1 under the 1,600-token budget."""
 
 
 def main(out: str) -> None:
