@@ -50,7 +50,10 @@ def test_budget_chunks_are_the_longest_runs_within_both_limits() -> None:
         widths = torch.randint(1, 30, (R,), generator=gen)
         prompts = torch.randint(0, 50, (R,), generator=gen)
         rows = torch.randperm(100, generator=gen)[:R]
-        max_rows, max_tokens = int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(20, 400, (1,), generator=gen))
+        max_rows, max_tokens = (
+            int(torch.randint(1, 12, (1,), generator=gen)),
+            int(torch.randint(20, 400, (1,), generator=gen)),
+        )
         chunks = budget_chunks(rows, widths, prompts, max_rows, max_tokens)
         assert torch.equal(torch.cat(chunks), rows), trial
         start = 0
@@ -63,6 +66,8 @@ def test_budget_chunks_are_the_longest_runs_within_both_limits() -> None:
                 w1, p1 = w + [int(widths[end])], p + [int(prompts[end])]
                 assert len(w1) > max_rows or padded_tokens(w1, p1) > max_tokens, (trial, i)
             start = end
+    empty = torch.zeros(0, dtype=torch.long)
+    assert budget_chunks(empty, empty, empty, 4, 100) == []  # a rank whose rows were all left out
 
 
 def test_a_token_budget_cuts_long_rows_finer_and_keeps_every_row_once() -> None:
