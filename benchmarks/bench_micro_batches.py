@@ -6,7 +6,7 @@
 Each contender runs :meth:`FGRPOModule.backward_on` (the forward/backward of the whole rollout, no optimizer step)
 once, in a fresh process of its own, on the same synthetic rollout shaped like the retry demo's
 (``configs/smollm2/retry.yaml``: SmolLM2-135M-Instruct with LoRA r 16 on every projection, 8 questions x 8 episodes,
-a 45-token prompt, episodes of 8 to 120 tokens). Reported: the peak resident memory the pass added over the loaded
+a 45-token prompt of its own per row, so that no forward shares one; episodes of 8 to 120 tokens). Reported: the peak resident memory the pass added over the loaded
 model (``ru_maxrss`` after minus before), its seconds, and the forwards it took. The gradient is the same for every
 cut (``tests/training/test_micro_batch_trimming.py``). Run it on an otherwise idle machine.
 """
@@ -27,11 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "models" / "SmolLM2-135M-Instruct"
 CONTENDERS: dict[str, dict[str, Any]] = {
     "rows 32": {"micro_batch_rows": 32},
-    "rows 32, tokens 2048": {"micro_batch_rows": 32, "micro_batch_tokens": 2048},
     "rows 8": {"micro_batch_rows": 8},
+    "tokens 1024": {"micro_batch_rows": 64, "micro_batch_tokens": 1024},
+    "tokens 512": {"micro_batch_rows": 64, "micro_batch_tokens": 512},
 }
-"""The retry demo's setting, it with a token budget (about 12 full-length rows), and a row count that bounds memory
-by rows alone."""
+"""The retry demo's setting until this benchmark, a row count that bounds memory by rows alone, and two token budgets
+alone (64 rows at most: the whole rollout)."""
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
