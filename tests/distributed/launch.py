@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lit_fgrpo.servers.process import child_environment
+
 REPO = Path(__file__).resolve().parents[2]
 WORKERS = Path(__file__).resolve().parent / "workers"
 
@@ -19,7 +21,7 @@ def free_port() -> int:
 
 
 def base_env(threads: int = 1) -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_environment()
     env |= {
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
@@ -74,6 +76,6 @@ def run_vllm_script(script: Path, source: str, marker: str, timeout: float = 600
     """Write ``source`` to ``script`` and run it in a fresh interpreter with vLLM in multiprocess mode (its engine in
     a process of its own); assert that it exits 0 and prints ``marker``."""
     script.write_text(source)
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = child_environment({"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0 and marker in proc.stdout, proc.stderr[-4000:]

@@ -6,7 +6,6 @@ Skipped when vLLM is not importable; nothing is faked. Engines run in-process
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -25,6 +24,7 @@ from lit_fgrpo.engines.sync_check import WeightSyncError  # noqa: E402
 from lit_fgrpo.engines.trainer_logprobs import check_policy_sync  # noqa: E402
 from lit_fgrpo.engines.vllm_engine import VLLMEngine, ignore_kernel_scan_warnings  # noqa: E402
 from lit_fgrpo.engines.vllm_worker import policy_state_dict  # noqa: E402
+from lit_fgrpo.servers.process import child_environment
 from tests.tiny_models import EOS, VLLM_VOCAB, vllm_model, vllm_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -216,7 +216,7 @@ def test_multiprocess_weight_sync(tmp_path: Path) -> None:
     script = tmp_path / "mp_sync.py"
     root = str(Path(__file__).resolve().parents[2])  # the repository root, for the tests.* imports
     script.write_text(textwrap.dedent(MULTIPROCESS_SCRIPT.format(root=root, workdir=str(tmp_path / "m"))))
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    env = child_environment({"VLLM_ENABLE_V1_MULTIPROCESSING": "1", "VLLM_CPU_KVCACHE_SPACE": "1"})
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "MULTIPROCESS_OK" in proc.stdout, proc.stderr[-4000:]
 

