@@ -18,6 +18,7 @@ from lit_fgrpo.experiments.setting_pilot import coverage_share, main, pairs_need
 
 ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "configs" / "compare" / "smollm2_pilot.yaml"
+PILOT_K64 = ROOT / "configs" / "compare" / "smollm2_pilot_k64.yaml"
 RULE = {"tasks": {"easy": ["easy a", "easy b"], "hard": ["hard a", "hard b", "hard c"]}}
 
 
@@ -151,6 +152,18 @@ def test_the_committed_pilot_file() -> None:
         assert "--model.objective.gamma" not in flags  # GRPO from fit_args in every candidate
         for path in (flags[i + 1] for i, word in enumerate(flags) if word == "--config"):
             assert (ROOT / path).is_file(), path
+
+
+def test_the_second_pilot_file() -> None:
+    """Pilot 2 (pre-registered after pilot 1 chose none): the demo's sums judged at k = 64, seeds of its own."""
+    s, first = load_settings(str(PILOT_K64)), load_settings(str(PILOT))
+    rule = rule_settings(s)
+    power = load_settings(str(PILOT.parent / "smollm2_power.yaml"))
+    assert s.baseline is None and len(s.seeds) == 3 and set(rule.tasks) == {"sums"} and len(s.arms) == 3
+    assert not set(s.seeds) & (set(first.seeds) | set(power.seeds))
+    assert rule.base_coverage == (0.2, 0.95) and (rule.max_paired_sd, rule.target_mde) == (0.07, 0.05)
+    assert s.preregistration["written"].startswith("2026-12-06 19:02 UTC")
+    assert "configs/smollm2/pilot_k64.yaml" in s.fit_configs and "--model.objective.gamma" in s.fit_args
 
 
 @pytest.mark.parametrize("arm", ["sum3 steady", "carry demo"])
