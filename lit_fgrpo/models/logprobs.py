@@ -187,7 +187,6 @@ def completion_logprobs(
     chunk_tokens: int | None = None,
     chunked: bool | None = None,
     share_prompts: bool = True,
-    defer_weight_grads: bool = True,
 ) -> TokenLogprobs:
     """Log-probs of the last ``completion_length`` tokens of each row.
 
@@ -206,8 +205,6 @@ def completion_logprobs(
             choose (None: fast path for known HF families, see :func:`split_output_layer`).
         share_prompts: on the fast path, run the decoder over each distinct prompt of a row chunk once and the
             completions over its cached keys and values (:func:`shared_prompt_hidden`); False runs every row whole.
-        defer_weight_grads: on the shared path under autograd, one weight-gradient product per trainable linear
-            weight over all its decoder calls (:mod:`lit_fgrpo.models.deferred_grads`); False: one per call.
 
     Returns:
         :class:`TokenLogprobs` with (B, T) float32 tensors, 0 at the completion's padding positions
@@ -231,9 +228,7 @@ def completion_logprobs(
             b = targets.shape[0]
             real = attention_mask[rows, -T:].reshape(-1).nonzero().squeeze(1)  # (N,) flat row * T + t, row-major
             hidden = (
-                shared_prompt_hidden(
-                    decoder, input_ids[rows], attention_mask[rows], position_ids[rows], T, defer_weight_grads
-                )
+                shared_prompt_hidden(decoder, input_ids[rows], attention_mask[rows], position_ids[rows], T)
                 if share_prompts
                 else None
             )  # (N, H)

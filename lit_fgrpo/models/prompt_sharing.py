@@ -34,8 +34,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lit_fgrpo.models.deferred_grads import deferred_weight_grads
-
 MAX_BUCKETS = 4
 """Most length groups of the completion pass."""
 BUCKET_GAIN = 0.05
@@ -50,16 +48,6 @@ def _checkpointing(decoder: nn.Module) -> bool:
     if isinstance(flag, bool):
         return flag
     return any(getattr(m, "gradient_checkpointing", False) for m in decoder.modules())
-
-
-def _input_embeddings(decoder: nn.Module) -> nn.Module:
-    """The decoder's token embedding (an HF model's ``get_input_embeddings``)."""
-    from transformers import PreTrainedModel
-
-    if not isinstance(decoder, PreTrainedModel):
-        raise TypeError(f"shared_prompt_hidden: {type(decoder).__name__} is not a Hugging Face decoder")
-    embed: nn.Module = decoder.get_input_embeddings()
-    return embed
 
 
 def length_buckets(extents: list[int], max_buckets: int = MAX_BUCKETS) -> list[list[int]]:
@@ -106,12 +94,7 @@ def length_buckets(extents: list[int], max_buckets: int = MAX_BUCKETS) -> list[l
 
 
 def shared_prompt_hidden(
-    decoder: nn.Module,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    position_ids: Tensor,
-    T: int,
-    defer_weight_grads: bool = True,
+    decoder: nn.Module, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, T: int
 ) -> Tensor | None:
     """Hidden states that predict the real completion tokens of each row, with each distinct prompt run once.
 
@@ -124,8 +107,6 @@ def shared_prompt_hidden(
         attention_mask: (b, Tp + T) 1 on real tokens.
         position_ids: (b, Tp + T) positions of the whole rows (``cumsum(mask) - 1``, as the whole-row pass uses).
         T: completion columns.
-        defer_weight_grads: under autograd, form each trainable linear weight's gradient in one product over all
-            the calls' rows (:mod:`lit_fgrpo.models.deferred_grads`); False: one product per call, as autograd does.
 
     Returns:
         (N, H) hidden states of the N real completion positions (``attention_mask[:, Tp:]`` nonzero), in row-major
@@ -145,58 +126,43 @@ def shared_prompt_hidden(
         return None
     prompt_ids, prompt_mask = distinct[:, :Tp], distinct[:, Tp:].to(attention_mask.dtype)  # (U, Tp)
     prompt_pos = (prompt_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (U, Tp): the rows' own, per distinct prompt
-    U = prompt_ids.shape[0]
-    with deferred_weight_grads(decoder, defer_weight_grads) as collect:
-        # one embedding lookup for every call: a trainable (tied) embedding then gets one dense gradient, not one
-        # per call; every call's input comes through ``collect`` (its backward forms the deferred weight gradients)
-        embeds = collect(
-            _input_embeddings(decoder)(torch.cat([prompt_ids.reshape(-1), input_ids[:, Tp:].reshape(-1)]))
-        )  # (U Tp + b T, H)
-        H = embeds.shape[-1]
-        prompt_embeds = embeds[: U * Tp].view(U, Tp, H)  # (U, Tp, H)
-        completion_embeds = embeds[U * Tp :].view(b, T, H)  # (b, T, H)
-        cache = DynamicCache()
-        prompt_hidden = decoder(
-            inputs_embeds=prompt_embeds,
-            attention_mask=prompt_mask,
-            position_ids=prompt_pos,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state[:, -1]  # (U, H): predicts the first completion token
-        real = attention_mask[:, Tp:].bool()  # (b, T)
-        cols = torch.arange(1, T + 1, device=real.device)  # (T,)
-        extents = (real * cols).amax(dim=1).tolist() if T else [0] * b  # (b,): last real column + 1
-        plain = all(type(layer) is DynamicLayer for layer in cache.layers)
-        groups = length_buckets(extents) if plain else [list(range(b))]
-        hidden: list[Tensor] = []
-        index: list[Tensor] = []
-        for group in groups:
-            w = max(extents[r] for r in group)
-            if w == 0:
-                continue  # empty completions: nothing to predict
-            rows = torch.tensor(group, device=input_ids.device)  # (n,)
-            prompt_of = row_prompt.index_select(0, rows)  # (n,): each row's distinct prompt
-            parts = [prompt_hidden.index_select(0, prompt_of).unsqueeze(1)]  # (n, 1, H)
-            if w > 1:
-                group_cache: Any = cache
-                if plain:  # a new cache per group: the decoder appends the group's completion keys to it
-                    group_cache = copy_cache_rows(cache, prompt_of)
-                else:  # one group of every row: the prompt cache itself is indexed out
-                    select_cache_rows(group_cache, prompt_of)
-                parts.append(
-                    decoder(
-                        inputs_embeds=completion_embeds.index_select(0, rows)[:, : w - 1],
-                        attention_mask=attention_mask.index_select(0, rows)[:, : Tp + w - 1],
-                        position_ids=position_ids.index_select(0, rows)[:, Tp : Tp + w - 1],
-                        past_key_values=group_cache, use_cache=True,
-                    ).last_hidden_state  # (n, w - 1, H)
-                )  # fmt: skip
-            group_hidden = torch.cat(parts, dim=1)  # (n, w, H): position t predicts completion token t
-            keep = real.index_select(0, rows)[:, :w].reshape(-1).nonzero().squeeze(1)  # (N_g,) real positions
-            hidden.append(group_hidden.reshape(-1, H).index_select(0, keep))  # (N_g, H)
-            index.append(
-                (rows.unsqueeze(1) * T + torch.arange(w, device=rows.device)).reshape(-1).index_select(0, keep)
-            )
+    cache = DynamicCache()
+    prompt_hidden = decoder(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, past_key_values=cache, use_cache=True
+    ).last_hidden_state[:, -1]  # (U, H): predicts the first completion token
+    real = attention_mask[:, Tp:].bool()  # (b, T)
+    cols = torch.arange(1, T + 1, device=real.device)  # (T,)
+    extents = (real * cols).amax(dim=1).tolist() if T else [0] * b  # (b,): last real column + 1
+    plain = all(type(layer) is DynamicLayer for layer in cache.layers)
+    groups = length_buckets(extents) if plain else [list(range(b))]
+    hidden: list[Tensor] = []
+    index: list[Tensor] = []
+    for group in groups:
+        w = max(extents[r] for r in group)
+        if w == 0:
+            continue  # empty completions: nothing to predict
+        rows = torch.tensor(group, device=input_ids.device)  # (n,)
+        prompt_of = row_prompt.index_select(0, rows)  # (n,): each row's distinct prompt
+        parts = [prompt_hidden.index_select(0, prompt_of).unsqueeze(1)]  # (n, 1, H)
+        if w > 1:
+            group_cache: Any = cache
+            if plain:  # a new cache per group: the decoder appends the group's completion keys to it
+                group_cache = copy_cache_rows(cache, prompt_of)
+            else:  # one group of every row: the prompt cache itself is indexed out
+                select_cache_rows(group_cache, prompt_of)
+            parts.append(
+                decoder(
+                    input_ids=input_ids.index_select(0, rows)[:, Tp : Tp + w - 1],
+                    attention_mask=attention_mask.index_select(0, rows)[:, : Tp + w - 1],
+                    position_ids=position_ids.index_select(0, rows)[:, Tp : Tp + w - 1],
+                    past_key_values=group_cache, use_cache=True,
+                ).last_hidden_state  # (n, w - 1, H)
+            )  # fmt: skip
+        group_hidden = torch.cat(parts, dim=1)  # (n, w, H): position t predicts completion token t
+        keep = real.index_select(0, rows)[:, :w].reshape(-1).nonzero().squeeze(1)  # (N_g,) real positions
+        hidden.append(group_hidden.reshape(-1, group_hidden.shape[-1]).index_select(0, keep))  # (N_g, H)
+        index.append((rows.unsqueeze(1) * T + torch.arange(w, device=rows.device)).reshape(-1).index_select(0, keep))
+    H = prompt_hidden.shape[-1]
     if not hidden:
         return prompt_hidden.new_zeros(0, H)
     flat = torch.cat(index)  # (N,) row * T + t of each gathered position

@@ -70,17 +70,9 @@ def assert_as_exact_as_whole_rows(
 
 
 def decoder_rows(model: nn.Module) -> list[tuple[int, int]]:
-    """Records (rows, columns) of every decoder call (a hook on the decoder: its ids or input embeddings)."""
+    """Records (rows, columns) of every decoder call (a hook on the input embeddings)."""
     calls: list[tuple[int, int]] = []
-
-    def record(module: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        given = kwargs.get("input_ids")
-        given = kwargs["inputs_embeds"] if given is None else given
-        calls.append(tuple(given.shape[:2]))
-
-    split = split_output_layer(model)
-    assert split is not None
-    split[0].register_forward_pre_hook(record, with_kwargs=True)
+    model.get_input_embeddings().register_forward_hook(lambda m, args, out: calls.append(tuple(args[0].shape)))
     return calls
 
 

@@ -2,9 +2,6 @@
 
 group_worker.py gather [--lora]      full weights of an FSDP2-sharded tiny Qwen2 vs the unsharded state dict
 group_worker.py fail RANK            RANK raises inside fail_together; every rank must raise with its message
-group_worker.py deferred             a 128-wide Qwen2's gradients through the prompt-shared pass with deferred weight
-                                     gradients under DDP, and under FSDP2 (where nothing is deferred), against one
-                                     process over every row with ordinary autograd
 group_worker.py reduce               global_sum / global_nanmean / global_max against the closed form; the logged
                                      rollout statistics of 2 ranks against those of the whole batch in one process
 """
@@ -148,64 +145,6 @@ def rollout_statistics(rank: int, world: int) -> None:
         assert abs(got[key] - value) < 1e-6, (key, got[key], value)
 
 
-def deferred(rank: int, world: int) -> None:
-    import copy
-
-    from torch.distributed.fsdp import fully_shard
-    from torch.nn.parallel import DistributedDataParallel
-
-    from lit_fgrpo.models.deferred_grads import deferrable_layers
-    from lit_fgrpo.models.logprobs import completion_logprobs, split_output_layer
-    from tests.tiny_models import tiny_causal_lm
-
-    class Loss(torch.nn.Module):
-        def __init__(self, model: torch.nn.Module) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, ids: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-            logp = completion_logprobs(self.model, ids, mask, 5).logp  # (b, T)
-            return (logp * weights).sum() / world
-
-    widths = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4}
-    model = tiny_causal_lm("qwen2", vocab_size=300, num_hidden_layers=2, tie_word_embeddings=True, **widths).train()
-    g = torch.Generator().manual_seed(1)  # the same batch on every rank: 4 prompts x 3 replies, 2 prompts a rank
-    prompt = torch.randint(3, 300, (4, 6), generator=g).repeat_interleave(3, 0)  # (12, 6)
-    ids = torch.cat([prompt, torch.randint(3, 300, (12, 5), generator=g)], dim=1)  # (12, 11)
-    lengths = torch.randint(1, 6, (12,), generator=g)  # (12,)
-    mask = torch.cat([torch.ones(12, 6, dtype=torch.long), (torch.arange(5)[None] < lengths[:, None]).long()], 1)
-    weights = torch.randn(12, 5, generator=g) * mask[:, 6:]  # (12, T)
-    reference = Loss(copy.deepcopy(model))
-    # ordinary autograd: the whole rows, nothing shared nor deferred
-    logp = completion_logprobs(reference.model, ids, mask, 5, share_prompts=False).logp  # (12, T)
-    ((logp * weights).sum() / world).backward()
-    expected = {name: p.grad for name, p in reference.model.named_parameters()}
-    mine = slice(6 * rank, 6 * rank + 6)
-
-    def check(name_grads: dict[str, torch.Tensor], how: str) -> None:
-        assert name_grads.keys() == expected.keys(), how
-        for name, grad in name_grads.items():
-            err = float((grad - expected[name]).abs().max() / expected[name].abs().max())
-            assert err < 1e-4, f"{how}: {name} off by {err:.2e} of its largest entry"
-
-    decoder = split_output_layer(model)
-    assert decoder is not None and len(deferrable_layers(decoder[0])) == 14  # q k v o gate up down x 2 layers
-    ddp = DistributedDataParallel(Loss(model))
-    ddp(ids[mine], mask[mine], weights[mine]).backward()
-    check({name: p.grad for name, p in model.named_parameters()}, "DDP")
-    sharded = copy.deepcopy(reference.model)
-    for p in sharded.parameters():
-        p.grad = None
-    for layer in sharded.model.layers:
-        fully_shard(layer)
-    fully_shard(sharded)
-    split = split_output_layer(sharded)
-    assert split is not None and deferrable_layers(split[0]) == []
-    Loss(sharded)(ids[mine], mask[mine], weights[mine]).backward()
-    check({name: p.grad.full_tensor() for name, p in sharded.named_parameters()}, "FSDP2")
-    print("deferred gradients match", flush=True)
-
-
 def main() -> None:
     cuda = "--cuda" in sys.argv
     if cuda:
@@ -217,8 +156,6 @@ def main() -> None:
             gather("--lora" in sys.argv, cuda)
         elif command == "fail":
             fail(int(sys.argv[2]))
-        elif command == "deferred":
-            deferred(dist.get_rank(), dist.get_world_size())
         else:
             reduce()
     finally:
