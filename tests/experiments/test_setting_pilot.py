@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from lit_fgrpo.experiments.setting_pilot import coverage_share, main, pairs_need
 
 ROOT = Path(__file__).resolve().parents[2]
 PILOT = ROOT / "configs" / "compare" / "smollm2_pilot.yaml"
+COMPARISON = ROOT / "configs" / "compare" / "smollm2_k64_warmup.yaml"
 PILOT_K64 = ROOT / "configs" / "compare" / "smollm2_pilot_k64.yaml"
 RULE = {"tasks": {"easy": ["easy a", "easy b"], "hard": ["hard a", "hard b", "hard c"]}}
 
@@ -190,3 +192,28 @@ def test_pilot_candidates_resolve_to_their_settings(arm: str, capsys: pytest.Cap
             10, 99, 2)  # fmt: skip
         assert (model["optimizer"]["lr"], model["objective"]["beta"], rollout["validate_at_start"]) == (1e-3, 0, True)
     assert data["splits"]["num_train"] == 1024 and data["splits"]["num_val"] == 128
+
+
+def resolved(s: Any, arm: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The fit config one run of ``arm`` of the compare file ``s`` resolves to (``--print_config``)."""
+    words = ["fit"] + [w for c in s.fit_configs for w in ("--config", str(ROOT / c))] + s.fit_args
+    words += [str(ROOT / w) if w.startswith("configs/") else w for w in s.arms[arm]]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([*words, "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config: dict[str, Any] = yaml.safe_load(capsys.readouterr().out)
+    return config
+
+
+def test_the_comparison_runs_pilot_2s_warmup_setting_with_two_gammas(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/compare/smollm2_k64_warmup.yaml (pre-registered after pilot 2): each arm is pilot 2's "sums warmup"
+    run with only the focal exponent changed; seeds from 1, 34 of them (the pairs pilot 2's sd asks for)."""
+    s, pilot = load_settings(str(COMPARISON)), load_settings(str(PILOT_K64))
+    assert s.baseline == "GRPO" and s.seeds == list(range(1, 35)) and "34 pairs" in s.preregistration["rule"]
+    assert s.preregistration["written"].startswith("2026-12-07 19:53 UTC")
+    candidate = resolved(pilot, "sums warmup", capsys)
+    for arm, gamma in (("GRPO", 0.0), ("F-GRPO gamma 0.5", 0.5)):
+        config = resolved(s, arm, capsys)
+        assert config["model"]["objective"]["gamma"] == gamma
+        config["model"]["objective"]["gamma"] = 0.0
+        assert config == candidate, arm
