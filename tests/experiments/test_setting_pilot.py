@@ -171,13 +171,7 @@ def test_the_second_pilot_file() -> None:
 @pytest.mark.parametrize("arm", ["sum3 steady", "carry demo"])
 def test_pilot_candidates_resolve_to_their_settings(arm: str, capsys: pytest.CaptureFixture[str]) -> None:
     """The arm's overlays come after the pilot's fit_args on the command line and override them where they overlap."""
-    s = load_settings(str(PILOT))
-    words = ["fit"] + [w for c in s.fit_configs for w in ("--config", str(ROOT / c))] + s.fit_args
-    words += [str(ROOT / w) if w.startswith("configs/") else w for w in s.arms[arm]]
-    with pytest.raises(SystemExit) as exit_info:
-        cli_main([*words, "--print_config"])
-    assert exit_info.value.code in (0, None)
-    config = yaml.safe_load(capsys.readouterr().out)
+    config = resolved(load_settings(str(PILOT)), arm, capsys)
     model, data, rollout = config["model"], config["data"], config["rollout"]
     assert model["objective"]["gamma"] == 0.0 and rollout["sampling"]["n"] == 8
     if arm == "sum3 steady":
@@ -194,7 +188,7 @@ def test_pilot_candidates_resolve_to_their_settings(arm: str, capsys: pytest.Cap
     assert data["splits"]["num_train"] == 1024 and data["splits"]["num_val"] == 128
 
 
-def resolved(s: Any, arm: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def resolved(s: CompareSettings, arm: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """The fit config one run of ``arm`` of the compare file ``s`` resolves to (``--print_config``)."""
     words = ["fit"] + [w for c in s.fit_configs for w in ("--config", str(ROOT / c))] + s.fit_args
     words += [str(ROOT / w) if w.startswith("configs/") else w for w in s.arms[arm]]
